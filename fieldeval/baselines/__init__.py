@@ -1,0 +1,21 @@
+"""Offline baseline models, registered with llm like any third-party plugin.
+
+``llm -m ebs-baseline "..."`` works once fieldeval is installed. Each
+baseline sees only the prompt it is given, never the answer.
+"""
+
+from __future__ import annotations
+
+import llm
+
+from fieldeval.baselines.base import BaselineModel
+from fieldeval.baselines.ebs import EbsBaseline
+
+BASELINES: list[type[BaselineModel]] = [EbsBaseline]
+
+
+@llm.hookimpl
+def register_models(register) -> None:
+    """Register every offline baseline."""
+    for cls in BASELINES:
+        register(cls())

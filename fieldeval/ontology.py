@@ -1,0 +1,165 @@
+"""Build the ontology index once with oaklib and cache it on disk.
+
+The index (labels, is_a parents, the subClassOf ancestor closure) is keyed by
+the sha256 of the ontology file (or of the selector when it names no local
+file) so a warm start loads one pickle and never imports oaklib.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import pickle
+import re
+from pathlib import Path
+
+from fieldeval.data import cache_dir, fetch, sha256_of
+from fieldeval.errors import UsageError
+from scorers.ebs import OntologyIndex
+
+DEFAULT_ONTOLOGY_FILE = "envo/envo.obo"
+INDEX_FORMAT = 1
+
+_loaded: dict[str, OntologyIndex] = {}
+
+
+def default_selector() -> str:
+    """The oaklib selector of the pinned ENVO release from the data registry."""
+    return f"simpleobo:{fetch(DEFAULT_ONTOLOGY_FILE)}"
+
+
+def _selector_file(selector: str) -> Path | None:
+    _, _, rest = selector.partition(":")
+    path = Path(rest) if rest else None
+    return path if path is not None and path.is_file() else None
+
+
+def _cache_key(selector: str) -> str:
+    local = _selector_file(selector)
+    basis = sha256_of(local) if local else selector
+    return hashlib.sha256(f"{INDEX_FORMAT}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
+
+
+def _obo_header_version(path: Path) -> str | None:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        ontology, version = None, None
+        for line in handle:
+            if not line.strip() or line.startswith("["):
+                break
+            key, _, value = line.partition(":")
+            if key == "data-version":
+                version = value.strip()
+            elif key == "ontology":
+                ontology = value.strip()
+    if version is None:
+        return None
+    version = version.removeprefix("releases/")
+    return f"{ontology} {version}" if ontology else version
+
+
+def _metadata_version(adapter) -> str:
+    for ontology in adapter.ontologies():
+        meta = adapter.ontology_metadata_map(ontology)
+        for key in ("owl:versionInfo", "oio:data-version", "owl:versionIRI"):
+            values = meta.get(key)
+            if values:
+                value = values[0] if isinstance(values, list) else values
+                match = re.search(r"\d{4}-\d{2}-\d{2}", str(value))
+                return f"{ontology} {match.group(0) if match else value}"
+    return "unknown"
+
+
+def build_index(selector: str) -> OntologyIndex:
+    """Build an :class:`OntologyIndex` from any oaklib selector (slow: imports oaklib)."""
+    try:
+        from oaklib import get_adapter
+        from oaklib.datamodels.vocabulary import IS_A
+
+        adapter = get_adapter(selector)
+        entities = list(adapter.entities(filter_obsoletes=False))
+        labels = {curie: label for curie, label in adapter.labels(entities) if label}
+        parents: dict[str, list[str]] = {}
+        for subject, _, obj in adapter.relationships(predicates=[IS_A]):
+            parents.setdefault(subject, []).append(obj)
+    except UsageError:
+        raise
+    except Exception as error:
+        raise UsageError(
+            f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
+            "pass an oaklib selector such as sqlite:obo:envo or simpleobo:path/to/envo.obo"
+        ) from None
+    if not labels:
+        raise UsageError(f"--ontology {selector!r} has no labelled terms; check the selector")
+    local = _selector_file(selector)
+    version = (_obo_header_version(local) if local and local.suffix == ".obo" else None) or _metadata_version(adapter)
+    frozen_parents = {curie: tuple(sorted(set(ps))) for curie, ps in parents.items()}
+    return OntologyIndex(
+        version=version,
+        labels=labels,
+        parents=frozen_parents,
+        ancestors=_closure(frozen_parents),
+    )
+
+
+def _closure(parents: dict[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
+    closure: dict[str, frozenset[str]] = {}
+
+    def visit(node: str, trail: frozenset[str]) -> frozenset[str]:
+        if node in closure:
+            return closure[node]
+        found: set[str] = set()
+        for parent in parents.get(node, ()):
+            if parent in trail:  # a cycle: stop rather than recurse forever
+                continue
+            found.add(parent)
+            found |= visit(parent, trail | {parent})
+        closure[node] = frozenset(found - {node})
+        return closure[node]
+
+    for node in parents:
+        visit(node, frozenset({node}))
+    return closure
+
+
+def load_index(selector: str | None = None) -> OntologyIndex:
+    """Return the ontology index for a selector, from memory, the disk cache, or a fresh build.
+
+    Args:
+        selector: any oaklib selector; None means the pinned ENVO release.
+
+    Returns:
+        The index, also cached on disk keyed by the ontology file's hash.
+
+    Example:
+        >>> load_index().label("ENVO:01000174")  # doctest: +SKIP
+        'forest biome'
+    """
+    selector = selector or default_selector()
+    if selector in _loaded:
+        return _loaded[selector]
+    folder = cache_dir() / "index"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{_cache_key(selector)}.pickle"
+    index = _read(path)
+    if index is None:
+        with open(folder / f"{path.stem}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; concurrent workers wait and then read
+            index = _read(path)
+            if index is None:
+                index = build_index(selector)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                with open(tmp, "wb") as handle:
+                    pickle.dump(index, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, path)
+    _loaded[selector] = index
+    return index
+
+
+def _read(path: Path) -> OntologyIndex | None:
+    try:
+        with open(path, "rb") as handle:
+            index = pickle.load(handle)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError):
+        return None
+    return index if isinstance(index, OntologyIndex) else None

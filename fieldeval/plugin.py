@@ -1,0 +1,221 @@
+"""The fieldeval pytest plugin: model parametrisation, metric recording, aggregation, report.
+
+Each eval item records one row of metric values with the ``record`` fixture.
+Rows travel to the controller in the item's ``user_properties`` (so they
+cross pytest-xdist), are aggregated per benchmark and model with seeded
+bootstrap intervals, and land in pytest-json-report's file as
+``report["evals"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fieldeval.benchmarks import BENCHMARKS
+from fieldeval.errors import UsageError
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+ROW_KEY = "fieldeval.row"
+ITEM_KEY = "fieldeval.item"
+MARKER = "fieldeval"
+DEFAULT_REPORT = "reports/report.json"
+JSON_REPORT_DEFAULT_FILE = ".report.json"
+
+
+class EvalSession:
+    """What one pytest session gathers: metric rows and errors per benchmark and model."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.run_id = "run_" + secrets.token_hex(4)
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.rows: dict[str, list[dict]] = defaultdict(list)
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self._payload: dict | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Take the rows and error counts an item's report carries (controller only)."""
+        if hasattr(self.config, "workerinput"):
+            return
+        props = dict(report.user_properties)
+        if ITEM_KEY not in props:
+            return
+        item = json.loads(props[ITEM_KEY])
+        if report.failed:
+            self.errors[(item["benchmark"], item["model"])] += 1
+        if report.when == "call" and report.passed:
+            for key, value in report.user_properties:
+                if key == ROW_KEY:
+                    row = json.loads(value)
+                    row["nodeid"] = report.nodeid
+                    self.rows[row["benchmark"]].append(row)
+
+    def payload(self) -> dict:
+        """``report["evals"]``: run id, ontology version, and every benchmark's metrics per model."""
+        if self._payload is not None:
+            return self._payload
+        seed = self.config.getoption("fieldeval_seed")
+        resamples = self.config.getoption("fieldeval_resamples")
+        benchmarks: dict[str, dict] = {}
+        versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
+        keys = {*self.rows, *(bench for bench, _ in self.errors)}
+        for name in sorted(keys):
+            rows = sorted(self.rows.get(name, []), key=lambda r: r["nodeid"])
+            by_model: dict[str, list[dict]] = defaultdict(list)
+            for row in rows:
+                by_model[row["model"]].append(row)
+            models = sorted({*by_model, *(m for b, m in self.errors if b == name)})
+            benchmarks[name] = {}
+            for model in models:
+                entry = BENCHMARKS[name].aggregate(by_model.get(model, []), seed=seed, resamples=resamples)
+                entry["items"] = len(by_model.get(model, [])) + self.errors[(name, model)]
+                entry["errors"] = self.errors[(name, model)]
+                benchmarks[name][model] = entry
+        self._payload = {
+            "run_id": self.run_id,
+            "started_at": self.started_at,
+            "ontology_version": versions[0] if len(versions) == 1 else (versions or None),
+            "benchmarks": benchmarks,
+        }
+        return self._payload
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_json_modifyreport(self, json_report: dict) -> None:
+        """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
+        json_report["evals"] = self.payload()
+
+    def sorted_rows(self, benchmark: str) -> list[dict]:
+        """A benchmark's rows in a stable order, whatever order the workers finished in."""
+        return sorted(self.rows.get(benchmark, []), key=lambda r: r["nodeid"])
+
+
+_SESSION = pytest.StashKey[EvalSession]()
+
+
+def eval_session(config: pytest.Config) -> EvalSession:
+    """The session object the plugin keeps on ``config``."""
+    return config.stash[_SESSION]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the fieldeval options."""
+    group = parser.getgroup("fieldeval", "fieldeval: evaluate language models")
+    group.addoption("--model", dest="fieldeval_models", action="append", default=[], metavar="MODEL",
+                    help="llm model id or alias to evaluate; repeat for several (default: the benchmark's offline baseline)")
+    group.addoption("--eval-report", dest="fieldeval_report", default=None, metavar="PATH",
+                    help=f"where the JSON report goes (default: {DEFAULT_REPORT} when evals run)")
+    group.addoption("--reports-dir", dest="fieldeval_reports_dir", default=None, metavar="DIR",
+                    help="folder for scored tables (default: reports/ under the project root)")
+    group.addoption("--seed", dest="fieldeval_seed", type=int, default=DEFAULT_SEED,
+                    help=f"bootstrap seed (default: {DEFAULT_SEED})")
+    group.addoption("--bootstrap-resamples", dest="fieldeval_resamples", type=int, default=DEFAULT_RESAMPLES,
+                    help=f"bootstrap resamples for ci95 (default: {DEFAULT_RESAMPLES})")
+    for module in BENCHMARKS.values():
+        module.add_options(group)
+
+
+def _runs_evals(config: pytest.Config) -> bool:
+    evals_dir = (config.rootpath / "evals").resolve()
+    args = [a.split("::")[0] for a in config.args if not a.startswith("-")] or config.getini("testpaths") or ["."]
+    for arg in args:
+        path = (config.invocation_params.dir / arg).resolve()
+        if path == evals_dir or evals_dir in path.parents or path in evals_dir.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Set up the session object and, for eval runs, pytest-json-report's output file."""
+    config.addinivalue_line("markers", f"{MARKER}(benchmark, baseline): an eval item of a fieldeval benchmark")
+    state = EvalSession(config)
+    config.stash[_SESSION] = state
+    config.pluginmanager.register(state, "fieldeval-session")
+    if config.getoption("fieldeval_resamples") < 1:
+        raise pytest.UsageError(f"--bootstrap-resamples {config.getoption('fieldeval_resamples')}: must be at least 1")
+    if not hasattr(config.option, "json_report"):
+        return
+    explicit = config.getoption("fieldeval_report")
+    if explicit or _runs_evals(config):
+        config.option.json_report = True
+        if explicit:
+            config.option.json_report_file = explicit
+        elif config.option.json_report_file == JSON_REPORT_DEFAULT_FILE:
+            config.option.json_report_file = str(config.rootpath / DEFAULT_REPORT)
+        if config.option.json_report_file:
+            Path(config.option.json_report_file).parent.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise eval items over ``--model`` (or the benchmark's offline baseline)."""
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None or "model" not in metafunc.fixturenames:
+        return
+    models = metafunc.config.getoption("fieldeval_models") or [marker.kwargs["baseline"]]
+    from fieldeval.models import resolve_model
+
+    for model in models:
+        try:
+            resolve_model(model)
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
+    metafunc.parametrize("model", list(dict.fromkeys(models)))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tag eval items with their benchmark and model so failures are counted per model."""
+    marker = item.get_closest_marker(MARKER)
+    callspec = getattr(item, "callspec", None)
+    if marker is None or callspec is None or "model" not in callspec.params:
+        return
+    tag = {"benchmark": marker.kwargs["benchmark"], "model": callspec.params["model"]}
+    item.user_properties.append((ITEM_KEY, json.dumps(tag)))
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Record one row of metric values for this eval item: ``record(model=..., **values)``."""
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: the record fixture needs @pytest.mark.{MARKER}(benchmark=...)")
+
+    def _record(**values) -> None:
+        row = {"benchmark": marker.kwargs["benchmark"], **values}
+        request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str)))
+
+    return _record
+
+
+def reports_dir(config: pytest.Config) -> Path:
+    """The folder for scored tables."""
+    explicit = config.getoption("fieldeval_reports_dir")
+    return Path(explicit) if explicit else config.rootpath / "reports"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write every benchmark's scored table under ``reports/``."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    state = eval_session(config)
+    for name in sorted(state.rows):
+        BENCHMARKS[name].write_outputs(state.sorted_rows(name), reports_dir(config))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """End the terminal output with one table of headline metrics per benchmark."""
+    state = eval_session(config)
+    if not state.rows and not state.errors:
+        return
+    from fieldeval.summary import render_summary
+
+    for line in render_summary(state.payload()).splitlines():
+        terminalreporter.write_line(line)

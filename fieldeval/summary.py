@@ -1,0 +1,40 @@
+"""The terminal summary table of a run's headline metrics."""
+
+from __future__ import annotations
+
+import io
+
+from fieldeval.benchmarks import BENCHMARKS
+
+
+def format_metric(entry: dict | None) -> str:
+    """``0.812 (0.750-0.870)`` for a metric entry, ``-`` when empty."""
+    if not entry or entry.get("value") is None:
+        return "-"
+    lo, hi = entry["ci95"]
+    return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
+
+
+def render_summary(payload: dict, *, width: int = 140) -> str:
+    """One rich table per benchmark: models as rows, headline metrics with ci95 as columns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
+    console.print(f"fieldeval run {payload['run_id']}  ontology: {payload.get('ontology_version') or '-'}")
+    for name, models in payload["benchmarks"].items():
+        module = BENCHMARKS[name]
+        table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
+        table.add_column("model")
+        table.add_column("items", justify="right")
+        table.add_column("errors", justify="right")
+        for metric in module.HEADLINE:
+            table.add_column(metric, justify="right", no_wrap=True)
+        for model, entry in models.items():
+            table.add_row(model, str(entry["items"]), str(entry["errors"]),
+                          *(format_metric(entry.get(metric)) for metric in module.HEADLINE))
+        console.print(table)
+        for line in getattr(module, "summary_notes", lambda _: [])(models):
+            console.print(line)
+    return buffer.getvalue()

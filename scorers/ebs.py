@@ -1,0 +1,243 @@
+"""Ontology-aware scoring of env_broad_scale predictions.
+
+The composite score follows the NMDC env_broad_scale eval exactly::
+
+    ontology_score = 0.1 * parse_ok + 0.1 * curie_label_valid
+                   + 0.5 * hierarchy_score + 0.3 * enum_score
+
+hierarchy_score is 1.0 for an exact match, ``max(0, 1 - 0.10 d)`` for a
+descendant ``d`` is_a hops below the truth, ``max(0, 1 - 0.15 d)`` for an
+ancestor ``d`` hops above it, and 0 when unrelated. enum_score is 1 when the
+predicted CURIE is in the template's allowed set, 0 when it is not, and 0.5
+when the template has no set. A response that does not parse scores 0.
+
+Everything here is pure: the ontology arrives as an :class:`OntologyIndex`
+built once by the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+W_PARSE = 0.1
+W_LABEL = 0.1
+W_HIER = 0.5
+W_ENUM = 0.3
+DESCENDANT_DECAY = 0.10
+ANCESTOR_DECAY = 0.15
+ENUM_NEUTRAL = 0.5
+
+Relationship = Literal["exact", "descendant", "ancestor", "unrelated"]
+
+_LABEL_CURIE = re.compile(r"(?P<label>\S(?:.*?\S)?)\s*\[(?P<curie>[A-Za-z][A-Za-z0-9_]*:\d+)\]")
+_CURIE_IN_PROSE = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*:\d+)\b")
+
+
+@dataclass(frozen=True)
+class OntologyIndex:
+    """What scoring needs from an ontology, precomputed once.
+
+    Attributes:
+        version: the ontology's version string, recorded in every report.
+        labels: CURIE -> primary label.
+        parents: CURIE -> its direct is_a parents.
+        ancestors: CURIE -> every is_a ancestor (the subClassOf closure, not reflexive).
+    """
+
+    version: str
+    labels: Mapping[str, str]
+    parents: Mapping[str, tuple[str, ...]]
+    ancestors: Mapping[str, frozenset[str]] = field(repr=False)
+
+    def label(self, curie: str) -> str | None:
+        """The primary label of a CURIE, or None when the ontology lacks it."""
+        return self.labels.get(curie)
+
+    def hops_up(self, start: str, target: str) -> int | None:
+        """Shortest number of is_a edges from ``start`` up to ``target``."""
+        if start == target:
+            return 0
+        if target not in self.ancestors.get(start, ()):
+            return None
+        seen = {start}
+        queue = deque([(start, 0)])
+        while queue:
+            node, dist = queue.popleft()
+            for parent in self.parents.get(node, ()):
+                if parent == target:
+                    return dist + 1
+                if parent not in seen:
+                    seen.add(parent)
+                    queue.append((parent, dist + 1))
+        return None
+
+    def relationship(self, pred: str, truth: str) -> tuple[Relationship, int | None]:
+        """How ``pred`` stands to ``truth`` and the shortest is_a hop count between them."""
+        if pred == truth:
+            return "exact", 0
+        if pred in self.ancestors.get(truth, ()):
+            return "ancestor", self.hops_up(truth, pred)
+        if truth in self.ancestors.get(pred, ()):
+            return "descendant", self.hops_up(pred, truth)
+        return "unrelated", None
+
+
+@dataclass(frozen=True)
+class ParsedTerm:
+    """A strictly parsed ``label [CURIE]`` value."""
+
+    label: str
+    curie: str
+
+
+@dataclass(frozen=True)
+class EbsScore:
+    """The score of one env_broad_scale prediction; field names are the scored TSV's columns.
+
+    Attributes:
+        parse_success: the response matched ``label [CURIE]`` strictly.
+        pred_curie, pred_label: the parsed prediction (None on parse failure).
+        truth_curie, truth_label: the parsed ground truth.
+        curie_label_valid: the CURIE's ENVO label equals the stated label, ignoring case.
+        exact_match: predicted CURIE equals the truth CURIE.
+        relationship: exact / descendant / ancestor / unrelated (None when either side does not parse).
+        hop_distance: shortest is_a path between prediction and truth (None when unrelated).
+        in_template_enum: the CURIE is in the template's allowed set (None when the template has none).
+        hierarchy_score: the hierarchy component, 0-1.
+        enum_score: the enum component: 1, 0 or 0.5 (neutral).
+        ontology_score: the composite score, 0-1.
+        lenient_curie: a CURIE found anywhere in the response; informative only, never scored.
+    """
+
+    parse_success: bool
+    pred_curie: str | None
+    pred_label: str | None
+    truth_curie: str | None
+    truth_label: str | None
+    curie_label_valid: bool
+    exact_match: bool
+    relationship: Relationship | None
+    hop_distance: int | None
+    in_template_enum: bool | None
+    hierarchy_score: float
+    enum_score: float
+    ontology_score: float
+    lenient_curie: str | None
+
+
+def parse_label_curie(text: str) -> ParsedTerm | None:
+    """Parse a strict ``label [CURIE]`` value.
+
+    Surrounding whitespace and double quotes are trimmed and leading
+    underscores stripped; the CURIE is ``prefix:digits``; nothing else may
+    stand before or after.
+
+    Args:
+        text: the model's raw response or a ground-truth value.
+
+    Returns:
+        The parsed term, or None when the text is not exactly ``label [CURIE]``.
+
+    Example:
+        >>> parse_label_curie('"__forest biome [ENVO:01000174]"')
+        ParsedTerm(label='forest biome', curie='ENVO:01000174')
+    """
+    cleaned = text.strip().strip('"').strip().lstrip("_")
+    match = _LABEL_CURIE.fullmatch(cleaned)
+    if match is None:
+        return None
+    return ParsedTerm(label=match.group("label"), curie=match.group("curie"))
+
+
+def hierarchy_score(relationship: Relationship | None, hop_distance: int | None) -> float:
+    """The hierarchy component: 1 exact, decaying per hop for descendants and ancestors, else 0."""
+    if relationship == "exact":
+        return 1.0
+    if relationship == "descendant" and hop_distance is not None:
+        return max(0.0, 1.0 - DESCENDANT_DECAY * hop_distance)
+    if relationship == "ancestor" and hop_distance is not None:
+        return max(0.0, 1.0 - ANCESTOR_DECAY * hop_distance)
+    return 0.0
+
+
+def enum_score(in_template_enum: bool | None) -> float:
+    """The enum component: 1 in the set, 0 outside it, 0.5 when the template has no set."""
+    if in_template_enum is None:
+        return ENUM_NEUTRAL
+    return 1.0 if in_template_enum else 0.0
+
+
+def score_ebs(
+    response: str,
+    ideal: str,
+    *,
+    index: OntologyIndex,
+    allowed: frozenset[str] | None,
+) -> EbsScore:
+    """Score one env_broad_scale prediction against its ground truth.
+
+    Args:
+        response: the model's raw response text.
+        ideal: the ground truth as ``label [CURIE]``.
+        index: the ontology index to score against.
+        allowed: CURIEs of the template's value set, or None when the template has none.
+
+    Returns:
+        Every column of the scored TSV for this row.
+
+    Example:
+        >>> score_ebs("forest biome [ENVO:01000174]", "forest biome [ENVO:01000174]",
+        ...           index=index, allowed=frozenset({"ENVO:01000174"})).ontology_score  # doctest: +SKIP
+        1.0
+    """
+    truth = parse_label_curie(ideal)
+    pred = parse_label_curie(response)
+    in_enum: bool | None = None if allowed is None else (pred is not None and pred.curie in allowed)
+    lenient = _CURIE_IN_PROSE.search(response or "")
+    lenient_curie = lenient.group(1) if lenient else None
+    if pred is None:
+        return EbsScore(
+            parse_success=False,
+            pred_curie=None,
+            pred_label=None,
+            truth_curie=truth.curie if truth else None,
+            truth_label=truth.label if truth else None,
+            curie_label_valid=False,
+            exact_match=False,
+            relationship=None,
+            hop_distance=None,
+            in_template_enum=in_enum,
+            hierarchy_score=0.0,
+            enum_score=0.0,
+            ontology_score=0.0,
+            lenient_curie=lenient_curie,
+        )
+    canonical = index.label(pred.curie)
+    label_valid = canonical is not None and canonical.casefold() == pred.label.casefold()
+    relationship: Relationship | None = None
+    hops: int | None = None
+    if truth is not None:
+        relationship, hops = index.relationship(pred.curie, truth.curie)
+    hier = hierarchy_score(relationship, hops)
+    enum_part = enum_score(in_enum)
+    total = W_PARSE + W_LABEL * label_valid + W_HIER * hier + W_ENUM * enum_part
+    return EbsScore(
+        parse_success=True,
+        pred_curie=pred.curie,
+        pred_label=pred.label,
+        truth_curie=truth.curie if truth else None,
+        truth_label=truth.label if truth else None,
+        curie_label_valid=label_valid,
+        exact_match=truth is not None and pred.curie == truth.curie,
+        relationship=relationship,
+        hop_distance=hops,
+        in_template_enum=in_enum,
+        hierarchy_score=hier,
+        enum_score=enum_part,
+        ontology_score=round(total, 10),
+        lenient_curie=lenient_curie,
+    )
