@@ -515,9 +515,10 @@ class Store:
                                                         endpoint=endpoint, registered_at=utcnow(), **fields))
             except sa.exc.IntegrityError:  # a concurrent registration won the race (or an id clash): read again
                 continue
-        record = self._model(name, endpoint)
-        assert record is not None, "model registration failed three times"
-        return record, True
+            record = self._model(name, endpoint)
+            assert record is not None, "a committed model registration must be readable"
+            return record, True
+        raise UsageError(f"models add {name} --endpoint {endpoint}: registration kept conflicting; try again")
 
     def _model(self, name: str, endpoint: str) -> ModelRecord | None:
         """The record for (name, endpoint), if any."""

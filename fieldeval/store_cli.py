@@ -1,0 +1,253 @@
+"""``fieldeval runs ...`` and ``fieldeval models ...``: the run store and model registry from the shell.
+
+Every subcommand takes ``--store URL`` (default ``$FIELDEVAL_STORE``, else
+``reports/fieldeval.db``); a user mistake is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fieldeval.errors import UsageError
+
+
+def _store(args: argparse.Namespace):
+    """The store named by ``--store`` (or the default)."""
+    from fieldeval.store import open_store
+
+    return open_store(args.store)
+
+
+def _console():
+    """A rich console on the current stdout (so tests can capture it)."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _fmt(value: Any) -> str:
+    """A metric value for a table cell."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _versions(versions: dict[str, str | None]) -> str:
+    """``ibf-v2.1`` for one benchmark, ``ebs=...; ibf=...`` for several."""
+    if len(versions) == 1:
+        return next(iter(versions.values())) or "-"
+    return "; ".join(f"{bench}={version or '-'}" for bench, version in versions.items())
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    with _store(args) as store:
+        runs = store.list_runs(benchmark=args.benchmark, corpus_version=args.corpus_version)
+    if args.json:
+        print(json.dumps([run.as_dict() for run in runs], indent=2))
+        return 0
+    if not runs:
+        print(f"no runs in {store.url}" + (" matching the filters" if args.benchmark or args.corpus_version else ""))
+        return 0
+    table = Table(title=f"runs in {store.url}", title_justify="left")
+    for column in ["run_id", "created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
+        table.add_column(column, justify="right" if column == "items" else "left")
+    for run in runs:
+        corpus = _versions(run.corpus_versions) + (" (legacy)" if run.legacy else "")
+        table.add_row(run.run_id, run.created_at, run.label or "-", ", ".join(run.benchmarks),
+                      ", ".join(run.models), corpus, run.status, _fmt(run.total_items))
+    _console().print(table)
+    return 0
+
+
+def _runs_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    with _store(args) as store:
+        run = store.get_run(args.run_id)
+    if args.json:
+        print(json.dumps(run, indent=2, sort_keys=True, default=str))
+        return 0
+    console = _console()
+    console.print(f"run {run['run_id']}  {run['label'] or ''}".rstrip())
+    for key in ["status", "created_at", "completed_at", "ontology_version", "git_commit", "total_items", "responses"]:
+        console.print(f"  {key}: {_fmt(run[key])}")
+    console.print(f"  corpus: {_versions(run['corpus_versions'])}" + ("  (legacy corpus)" if run["legacy"] else ""))
+    for bench, by_model in run["metrics"].items():
+        headline = run["headline"].get(bench) or sorted({m for v in by_model.values() for m in v})
+        table = Table(title=f"{bench}: value (ci95 lo-hi)", title_justify="left")
+        table.add_column("model")
+        for metric in headline:
+            table.add_column(metric, justify="right", no_wrap=True)
+        for model, metrics in by_model.items():
+            cells = []
+            for metric in headline:
+                entry = metrics.get(metric)
+                if not entry or entry["value"] is None:
+                    cells.append("-")
+                elif entry["ci95"][0] is None:
+                    cells.append(_fmt(entry["value"]))
+                else:
+                    cells.append(f"{entry['value']:.3f} ({entry['ci95'][0]:.3f}-{entry['ci95'][1]:.3f})")
+            table.add_row(model, *cells)
+        console.print(table)
+    if run.get("totals"):
+        table = Table(title="totals", title_justify="left")
+        keys = ["items", "cached", "prompt_tokens", "completion_tokens", "est_cost_usd", "response_time_s"]
+        table.add_column("model")
+        for key in keys:
+            table.add_column(key, justify="right")
+        for model, total in run["totals"].items():
+            table.add_row(model, *(_fmt(total.get(key)) for key in keys))
+        console.print(table)
+    return 0
+
+
+def _runs_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    with _store(args) as store:
+        payload = store.compare(args.run_ids)
+    if args.json:
+        print(json.dumps(payload, indent=2))
+        return 0
+    entries = payload["runs"]
+    table = Table(title="headline metrics, side by side", title_justify="left")
+    table.add_column("benchmark")
+    table.add_column("metric")
+    for entry in entries:
+        tag = " (legacy)" if entry.get("legacy") else ""
+        table.add_column(f"{entry['run_id']}\n{entry['model_name']}{tag}", justify="right", no_wrap=True)
+    rows: dict[tuple[str, str], None] = {}
+    for entry in entries:
+        for bench, metrics in entry["benchmarks"].items():
+            rows.update(((bench, metric), None) for metric in metrics)
+    for bench, metric in rows:
+        table.add_row(bench, metric, *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
+    _console().print(table)
+    return 0
+
+
+def _runs_delete(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        deleted = store.delete_run(args.run_id)
+    print(f"deleted {args.run_id} and its {deleted} responses")
+    return 0
+
+
+def _models_add(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        record, created = store.register_model(
+            args.name, args.endpoint, provider=args.provider, context_window=args.context_window,
+            parameters_billion=args.parameters_billion, notes=args.notes)
+    state = "registered" if created else "already registered"
+    print(f"{record.model_id}  {record.name}  {record.endpoint}  {state} {record.registered_at}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    with _store(args) as store:
+        records = store.list_models()
+    if args.json:
+        print(json.dumps([record.as_dict() for record in records], indent=2))
+        return 0
+    if not records:
+        print(f"no models in {store.url}; add one with `fieldeval models add NAME --endpoint URL`")
+        return 0
+    table = Table(title=f"models in {store.url}", title_justify="left")
+    columns = ["model_id", "name", "provider", "endpoint", "context_window", "parameters_billion",
+               "registered_at", "notes"]
+    for column in columns:
+        table.add_column(column)
+    for record in records:
+        data = record.as_dict()
+        table.add_row(*("-" if data[column] is None else str(data[column]) for column in columns))
+    _console().print(table)
+    return 0
+
+
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    """The ``--store`` option every subcommand takes."""
+    parser.add_argument("--store", metavar="URL", default=None,
+                        help="sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
+                             "(default: $FIELDEVAL_STORE, else reports/fieldeval.db)")
+
+
+def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParsersAction | None = None) -> None:
+    """Add the ``runs`` and ``models`` subcommands to the top-level subparsers.
+
+    Args:
+        sub: the subparsers of the ``fieldeval`` parser.
+        score_sub: unused; accepted so this fits the ``register(sub, score_sub)`` extension hook.
+
+    Example:
+        >>> sub = parser.add_subparsers(dest="command", required=True)  # doctest: +SKIP
+        >>> register_cli(sub)  # doctest: +SKIP
+    """
+    runs = sub.add_parser("runs", help="list, show, compare and delete stored runs")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    r_list = runs_sub.add_parser("list", help="stored runs, oldest first")
+    r_list.add_argument("--benchmark", metavar="B", help="only runs of this benchmark, e.g. ebs or ibf")
+    r_list.add_argument("--corpus-version", metavar="V", help="only runs on this corpus or suite version")
+    r_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    r_list.set_defaults(func=_runs_list)
+    r_show = runs_sub.add_parser("show", help="one run's metrics and totals")
+    r_show.add_argument("run_id", metavar="RUN")
+    r_show.add_argument("--json", action="store_true", help="print the stored record as JSON")
+    r_show.set_defaults(func=_runs_show)
+    r_compare = runs_sub.add_parser("compare", help="headline metrics of several runs side by side")
+    r_compare.add_argument("run_ids", metavar="RUN", nargs="+")
+    r_compare.add_argument("--json", action="store_true", help="print the compare payload as JSON")
+    r_compare.set_defaults(func=_runs_compare)
+    r_delete = runs_sub.add_parser("delete", help="hard-delete a run and its responses")
+    r_delete.add_argument("run_id", metavar="RUN")
+    r_delete.set_defaults(func=_runs_delete)
+
+    model = sub.add_parser("models", help="register OpenAI-compatible model endpoints")
+    model_sub = model.add_subparsers(dest="models_command", required=True)
+    m_add = model_sub.add_parser("add", help="register NAME at an endpoint (idempotent on name and endpoint)")
+    m_add.add_argument("name", metavar="NAME", help="the model name the server serves; also the --model id")
+    m_add.add_argument("--endpoint", metavar="URL", required=True,
+                       help="OpenAI-compatible base URL, e.g. http://localhost:11434/v1")
+    m_add.add_argument("--provider", help="who serves it, e.g. local, ollama, vllm")
+    m_add.add_argument("--context-window", type=int, metavar="TOKENS", help="context window in tokens")
+    m_add.add_argument("--parameters-billion", type=float, metavar="B", help="size in billions of parameters")
+    m_add.add_argument("--notes", help="free text, e.g. quantisation and hardware")
+    m_add.set_defaults(func=_models_add)
+    m_list = model_sub.add_parser("list", help="registered models")
+    m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    m_list.set_defaults(func=_models_list)
+    for parser in (r_list, r_show, r_compare, r_delete, m_add, m_list):
+        _add_store(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A ``fieldeval`` parser with only the store subcommands (for tests and ``python -m``)."""
+    from fieldeval.cli import _Parser
+
+    parser = _Parser(prog="fieldeval")
+    register_cli(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a store subcommand; returns the exit status (2 with one line on stderr for a usage error)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as error:
+        print(f"fieldeval: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
