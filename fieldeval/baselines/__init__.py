@@ -10,8 +10,9 @@ import llm
 
 from fieldeval.baselines.base import BaselineModel
 from fieldeval.baselines.ebs import EbsBaseline
+from fieldeval.baselines.ibf import IbfFloor
 
-BASELINES: list[type[BaselineModel]] = [EbsBaseline]
+BASELINES: list[type[BaselineModel]] = [EbsBaseline, IbfFloor]
 
 
 @llm.hookimpl

@@ -1,0 +1,471 @@
+"""Impact-based forecasting (IBF): the five-dimension 0-4 rubric, its scorers, MDS and TPR.
+
+Every response is scored 0-4 on five dimensions (the IBF-SLM rubric):
+hazard_recognition, impact_reasoning, uncertainty_handling, action_relevance
+and geographic_specificity. A dimension that could not be scored (a judge
+reply that does not parse, a value out of range) is *unscored*: None, never 0.
+
+Two scorers make scores:
+
+* :func:`score_reference`, the deterministic offline scorer, from the item's
+  reference notes (its mapping to 0-4 is in its docstring);
+* :func:`parse_judgement`, which reads an LLM judge's JSON reply robustly.
+
+Aggregates: a dimension mean ignores unscored values; the mean dimension
+score (MDS) is the mean of the five dimension means; the threshold pass rate
+(TPR) is the share of *fully scored* items whose five scores are all >= 2.
+
+Everything here is pure: text and references in, numbers out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+DIMENSIONS: tuple[str, ...] = (
+    "hazard_recognition",
+    "impact_reasoning",
+    "uncertainty_handling",
+    "action_relevance",
+    "geographic_specificity",
+)
+MIN_SCORE = 0
+MAX_SCORE = 4
+PASS_THRESHOLD = 2
+REFERENCE_SCORER = "reference"
+MDS_STRONG = 3.0
+MDS_PARTIAL = 2.0
+TPR_MINIMUM = 0.4
+
+Band = Literal["strong", "partial", "unsuitable"]
+
+_STOPWORDS = frozenset(
+    "a an and are as at be by for from in into is it its of on or over the their to up with within per than "
+    "s".split()
+)
+_STEM = 6
+_WORD = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(r"\d[\d,.]*")
+
+# any of these stems anywhere means the response talks about some hazard (rubric level 1)
+_HAZARD_WORDS = ("flood", "inunda", "cyclon", "hurric", "typhoo", "storm", "surge", "drough", "heatwa", "heat",
+                 "cold", "frost", "landsl", "mudsli", "debris", "rain", "wildfi", "fire", "tsunam", "dzud",
+                 "snow", "wind", "erupti", "volcan", "dry", "hail")
+_IMPACT_WORDS = ("impact", "affect", "damage", "loss", "losses", "disrup", "harm", "casual", "death", "injur",
+                 "vulner", "expose", "exposu", "risk")
+_ACTION_WORDS = ("prepos", "pre", "evacua", "warn", "alert", "cash", "distri", "stockp", "mobili", "shelte",
+                 "suppli", "prepar", "protec", "relief", "respon")
+_HEDGE_WORDS = ("uncert", "may", "might", "could", "likely", "unlike", "probab", "possib", "chance", "confid",
+                "range", "scenar", "error", "margin", "depend", "sensit", "variab", "assump", "unknow", "estima",
+                "uncerta")
+_QUANTIFIERS = re.compile(
+    r"(±|\+/-|\bplus or minus\b|\d\s*(%|per ?cent)|\b\d+\s*(in|out of)\s*\d+\b|\bprobabilit\w*\s+(of\s+)?\d"
+    r"|\b0?\.\d+\s+probability|\bbetween\s+\d[\d,.]*\s*(and|-)\s*\d|\b\d[\d,.]*\s*(-|–|to)\s*\d[\d,.]*\s*"
+    r"(%|mm|m|cm|hours?|days?|m³/s|m3/s|km/h|°c|c\b))",
+    re.IGNORECASE,
+)
+_OVERCONFIDENT = re.compile(
+    r"\b(will (certainly|definitely|surely)|certain to|guaranteed|no doubt|without (any )?doubt|100 ?%"
+    r"|there is no uncertainty|will not happen)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class IbfScore:
+    """The five rubric scores of one response and the scorer that made them.
+
+    Attributes:
+        hazard_recognition: 0-4, or None when unscored.
+        impact_reasoning: 0-4, or None when unscored.
+        uncertainty_handling: 0-4, or None when unscored.
+        action_relevance: 0-4, or None when unscored.
+        geographic_specificity: 0-4, or None when unscored.
+        scorer: which scorer made the scores: ``reference`` or ``judge:<model id>``.
+        unscored_reason: why some or all dimensions are unscored (None when all are scored).
+    """
+
+    hazard_recognition: int | None
+    impact_reasoning: int | None
+    uncertainty_handling: int | None
+    action_relevance: int | None
+    geographic_specificity: int | None
+    scorer: str
+    unscored_reason: str | None = None
+
+    @classmethod
+    def unscored(cls, scorer: str, reason: str) -> IbfScore:
+        """A response none of whose dimensions could be scored (not a zero)."""
+        return cls(None, None, None, None, None, scorer=scorer, unscored_reason=reason)
+
+    @property
+    def values(self) -> tuple[int | None, ...]:
+        """The five scores in rubric order."""
+        return tuple(getattr(self, name) for name in DIMENSIONS)
+
+    @property
+    def item_mds(self) -> float | None:
+        """The item's mean over its scored dimensions (None when none is scored)."""
+        scored = [v for v in self.values if v is not None]
+        return sum(scored) / len(scored) if scored else None
+
+    @property
+    def passes_threshold(self) -> bool | None:
+        """All five scores >= 2; None when any dimension is unscored."""
+        return passes_threshold(self.values)
+
+    def as_dict(self) -> dict[str, int | str | None]:
+        """The five scores, scorer and reason as a flat dict (the scored table's columns)."""
+        return {**dict(zip(DIMENSIONS, self.values)), "scorer": self.scorer, "unscored_reason": self.unscored_reason}
+
+
+# --- aggregate metrics ------------------------------------------------------------------------
+
+
+def dimension_mean(values: Iterable[int | float | None]) -> float | None:
+    """Mean of one dimension's scored values; unscored (None) values are left out.
+
+    Args:
+        values: one score per item, None for unscored.
+
+    Returns:
+        The mean, or None when no value is scored.
+
+    Example:
+        >>> dimension_mean([4, None, 2])
+        3.0
+    """
+    scored = [float(v) for v in values if v is not None]
+    return sum(scored) / len(scored) if scored else None
+
+
+def mean_dimension_score(dimension_means: Sequence[float | None]) -> float | None:
+    """MDS: the arithmetic mean of the five dimension means.
+
+    Args:
+        dimension_means: the five means in rubric order (None where a dimension has no scored value).
+
+    Returns:
+        The mean of the means present, or None when none is present.
+
+    Example:
+        >>> round(mean_dimension_score([3.12, 2.47, 1.83, 2.91, 2.68]), 2)
+        2.6
+    """
+    present = [float(m) for m in dimension_means if m is not None]
+    return sum(present) / len(present) if present else None
+
+
+def passes_threshold(scores: Sequence[int | None], *, threshold: int = PASS_THRESHOLD) -> bool | None:
+    """Whether all five scores reach ``threshold``; None when any is unscored.
+
+    Example:
+        >>> passes_threshold([4, 3, 3, 4, 3])
+        True
+    """
+    if any(s is None for s in scores):
+        return None
+    return all(s >= threshold for s in scores)
+
+
+def threshold_pass_rate(items: Iterable[Sequence[int | None]], *, threshold: int = PASS_THRESHOLD) -> float | None:
+    """TPR: the share of fully scored items whose five scores are all >= ``threshold``.
+
+    Items with any unscored dimension are left out of numerator and denominator.
+
+    Args:
+        items: the five scores of each item.
+        threshold: the minimum every dimension must reach (2, "partial").
+
+    Returns:
+        The rate in [0, 1], or None when no item is fully scored.
+
+    Example:
+        >>> threshold_pass_rate([[4, 3, 3, 4, 3], [1, 2, 2, 2, 2], [4, None, 4, 4, 4]])
+        0.5
+    """
+    verdicts = [passes_threshold(s, threshold=threshold) for s in items]
+    decided = [v for v in verdicts if v is not None]
+    return sum(decided) / len(decided) if decided else None
+
+
+def run_scores(items: Iterable[Sequence[int | None]]) -> dict:
+    """The seed's per-run numbers for a list of items' five scores.
+
+    Returns:
+        ``{"scores": {dimension: mean}, "mean_dimension_score", "threshold_pass_rate", "total_items"}``
+        unrounded; None where nothing is scored.
+
+    Example:
+        >>> run_scores([[4, 3, 3, 4, 3]])["mean_dimension_score"]
+        3.4
+    """
+    rows = [tuple(s) for s in items]
+    means = {name: dimension_mean(r[i] for r in rows) for i, name in enumerate(DIMENSIONS)}
+    return {
+        "scores": means,
+        "mean_dimension_score": mean_dimension_score(list(means.values())),
+        "threshold_pass_rate": threshold_pass_rate(rows),
+        "total_items": len(rows),
+    }
+
+
+def mds_band(mds: float | None) -> Band | None:
+    """The seed's reading of an MDS: below 2 unsuitable, 2 to below 3 partial, 3 and above strong."""
+    if mds is None:
+        return None
+    if mds >= MDS_STRONG:
+        return "strong"
+    return "partial" if mds >= MDS_PARTIAL else "unsuitable"
+
+
+def reading(mds: float | None, tpr: float | None) -> dict:
+    """The seed's reading bands for a run: the MDS band, the TPR floor and the overall verdict.
+
+    A TPR below 0.4 makes a model unsuitable for end-to-end IBF tasks whatever its MDS.
+
+    Example:
+        >>> reading(3.21, 0.30)["overall"]
+        'unsuitable'
+    """
+    band = mds_band(mds)
+    tpr_ok = None if tpr is None else tpr >= TPR_MINIMUM
+    overall = "unsuitable" if tpr_ok is False else band
+    return {"mds_band": band, "tpr_meets_minimum": tpr_ok, "overall": overall}
+
+
+# --- the reference scorer ---------------------------------------------------------------------
+
+
+def _stems(text: str) -> set[str]:
+    words = _WORD.findall(text.lower().replace("³", "3"))
+    return {w[:_STEM] for w in words if w not in _STOPWORDS}
+
+
+def _content(phrase: str) -> list[str]:
+    words = _WORD.findall(phrase.lower().replace("³", "3"))
+    return list(dict.fromkeys(w[:_STEM] for w in words if w not in _STOPWORDS))
+
+
+def phrase_matches(phrase: str, stems: set[str], *, require_all: bool = False) -> bool:
+    """Whether a reference phrase is present: at least half (or all) of its content-word stems occur.
+
+    Words are lower-cased, stop words dropped and cut to their first six
+    letters, so "pre-positioning relief supplies" matches "pre-position relief
+    supplies".
+    """
+    words = _content(phrase)
+    if not words:
+        return False
+    hits = sum(w in stems for w in words)
+    return hits == len(words) if require_all else hits >= math.ceil(len(words) / 2)
+
+
+def _count(phrases: Iterable[str], stems: set[str]) -> int:
+    return sum(phrase_matches(p, stems) for p in phrases)
+
+
+def _any_stem(prefixes: Iterable[str], stems: set[str]) -> bool:
+    return any(s.startswith(p) for p in prefixes for s in stems)
+
+
+def _hazard(refs: Mapping, stems: set[str]) -> int:
+    names = [refs.get("type", ""), *refs.get("synonyms", [])]
+    if any(phrase_matches(n, stems, require_all=True) for n in names if n):
+        indicators = refs.get("indicators", [])
+        quantified = any(phrase_matches(i, stems, require_all=True) for i in indicators)
+        return 4 if quantified else 3
+    if any(w in stems for n in names for w in _content(n)):
+        return 2
+    return 1 if _any_stem(_HAZARD_WORDS, stems) else 0
+
+
+def _impacts(refs: Mapping, stems: set[str]) -> int:
+    covered = sum(_count(refs.get(kind, []), stems) > 0 for kind in ("societal", "agricultural", "infrastructure"))
+    if covered:
+        return 1 + covered
+    return 1 if _any_stem(_IMPACT_WORDS, stems) else 0
+
+
+def _uncertainty(refs: Sequence[str], stems: set[str], text: str) -> int:
+    key = _count(refs, stems)
+    acknowledged = _any_stem(_HEDGE_WORDS, stems) or key > 0
+    if not acknowledged:
+        return 0
+    quantified = _QUANTIFIERS.search(text) is not None
+    points = 1 + int(quantified) + min(key, 2)
+    if _OVERCONFIDENT.search(text):
+        points -= 1
+    return max(0, min(points, MAX_SCORE))
+
+
+def _actions(refs: Sequence[str], stems: set[str]) -> int:
+    matched = _count(refs, stems)
+    if matched:
+        return min(1 + matched, MAX_SCORE)
+    return 1 if _any_stem(_ACTION_WORDS, stems) else 0
+
+
+def _geography(refs: Mapping, stems: set[str]) -> int:
+    def named(key: str) -> bool:
+        value = refs.get(key) or []
+        values = [value] if isinstance(value, str) else value
+        return any(phrase_matches(v, stems, require_all=True) for v in values if v)
+
+    country, admin1, admin2, features = named("country"), named("admin1"), named("admin2"), named("features")
+    if admin2 and (country or admin1):
+        return 4
+    if admin1 or admin2:
+        return 3
+    if country:
+        return 2
+    return 1 if features else 0
+
+
+def score_reference(response: str, references: Mapping) -> IbfScore:
+    """Score a response 0-4 on each dimension from the item's reference notes, deterministically.
+
+    Matching is lexical: a reference phrase counts as present when at least
+    half of its content words (all of them for hazard names and place names)
+    occur in the response, comparing the first six letters of each word.
+
+    The mapping to the rubric (4 excellent ... 0 absent):
+
+    * hazard_recognition: 4 the hazard type or a synonym is named *and* one of
+      its magnitude indicators (e.g. "discharge", "wind speed", "SPI");
+      3 the hazard is named; 2 only part of its name (e.g. "flood" for a flash
+      flood); 1 some other hazard word; 0 none.
+    * impact_reasoning: 1 + the number of impact kinds (societal, agricultural,
+      infrastructure) with at least one expected impact named, so 4 needs all
+      three; 1 also for generic impact words only; 0 none.
+    * uncertainty_handling: 0 when uncertainty is never acknowledged (no hedge
+      word and no key uncertainty); otherwise 1 + 1 if it is quantified (a
+      percentage, a ± or a range) + the key uncertainties named (at most 2),
+      less 1 for overconfident wording ("will certainly", "guaranteed"),
+      clipped to 0-4.
+    * action_relevance: 1 + the expected anticipatory actions named, at most 4;
+      1 also for generic action words only; 0 none.
+    * geographic_specificity: 4 an admin-2 (district) unit with its country or
+      admin-1 unit; 3 an admin-1 unit (or a district alone); 2 the country
+      only; 1 only a physical feature (a basin, a coast); 0 no place.
+
+    Args:
+        response: the model's raw response.
+        references: the item's reference notes: ``hazard`` (type, synonyms,
+            indicators), ``impacts`` (societal, agricultural, infrastructure),
+            ``uncertainties``, ``actions``, ``geography`` (country, admin1,
+            admin2, features).
+
+    Returns:
+        The five scores, with scorer ``reference``; an empty response scores 0 everywhere.
+
+    Example:
+        >>> refs = {"hazard": {"type": "riverine flood", "synonyms": ["flood"], "indicators": ["discharge"]}}
+        >>> score_reference("Peak discharge of the flood ...", refs).hazard_recognition
+        4
+    """
+    text = response or ""
+    stems = _stems(text)
+    return IbfScore(
+        hazard_recognition=_hazard(references.get("hazard", {}), stems),
+        impact_reasoning=_impacts(references.get("impacts", {}), stems),
+        uncertainty_handling=_uncertainty(references.get("uncertainties", []), stems, text),
+        action_relevance=_actions(references.get("actions", []), stems),
+        geographic_specificity=_geography(references.get("geography", {}), stems),
+        scorer=REFERENCE_SCORER,
+    )
+
+
+# --- the judge ----------------------------------------------------------------------------------
+
+
+JUDGE_SCHEMA: dict = {
+    "type": "object",
+    "properties": {
+        **{name: {"type": "integer", "minimum": MIN_SCORE, "maximum": MAX_SCORE} for name in DIMENSIONS},
+        "rationale": {"type": "string"},
+    },
+    "required": list(DIMENSIONS),
+}
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Every JSON object in a text: the whole text, fenced blocks, then each ``{`` scanned in prose."""
+    found: list[dict] = []
+    candidates = [text.strip(), *(m.strip() for m in _FENCE.findall(text))]
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except (json.JSONDecodeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except (json.JSONDecodeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def _rubric_value(value: object) -> int | None:
+    """An integer 0-4 from a judge's value (int, integral float or digit string); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        value = int(value)
+    if isinstance(value, int) and MIN_SCORE <= value <= MAX_SCORE:
+        return value
+    return None
+
+
+def _normalise_key(key: str) -> str:
+    return re.sub(r"[^a-z]+", "_", key.lower()).strip("_")
+
+
+def parse_judgement(text: str, *, scorer: str = "judge") -> IbfScore:
+    """Read an LLM judge's reply into five scores; what cannot be read is unscored, never 0.
+
+    The reply may be bare JSON, JSON inside a code fence, or JSON inside prose;
+    keys may be nested under ``scores`` and spelled with spaces or capitals
+    ("Hazard Recognition"). A value that is not an integer 0-4 (3.5, 7, "good",
+    true) leaves its dimension unscored.
+
+    Args:
+        text: the judge's raw reply.
+        scorer: the name recorded with the scores, e.g. ``judge:gpt-4o-mini``.
+
+    Returns:
+        The scores, with ``unscored_reason`` naming what could not be read.
+
+    Example:
+        >>> parse_judgement('Scores: {"hazard_recognition": 4, "impact_reasoning": 3, '
+        ...                 '"uncertainty_handling": 9, "action_relevance": 4, '
+        ...                 '"geographic_specificity": 3}').uncertainty_handling is None
+        True
+    """
+    best: dict | None = None
+    for obj in _json_objects(text or ""):
+        inner = obj.get("scores") if isinstance(obj.get("scores"), dict) else obj
+        keyed = {_normalise_key(str(k)): v for k, v in inner.items()}
+        if any(name in keyed for name in DIMENSIONS):
+            best = keyed
+            break
+    if best is None:
+        return IbfScore.unscored(scorer, "no JSON object with rubric scores in the judge reply")
+    values = {name: _rubric_value(best.get(name)) for name in DIMENSIONS}
+    bad = [f"{name}={best.get(name)!r}" for name in DIMENSIONS if values[name] is None]
+    reason = f"not an integer 0-4: {', '.join(bad)}" if bad else None
+    return IbfScore(**values, scorer=scorer, unscored_reason=reason)
