@@ -109,6 +109,7 @@ evaluations = sa.Table(
     sa.Column("payload", _JSON, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("completed_at", UtcDateTime),
+    sa.Index("ix_evaluations_created", "created_at"),
 )
 
 evaluation_benchmarks = sa.Table(
@@ -157,7 +158,6 @@ def _migration_1(conn: Connection) -> None:
     """Create models, evaluations, evaluation_benchmarks, evaluation_metrics, evaluation_responses."""
     for table in (models, evaluations, evaluation_benchmarks, evaluation_metrics, evaluation_responses):
         table.create(conn, checkfirst=True)
-    sa.Index("ix_evaluations_created", evaluations.c.created_at).create(conn, checkfirst=True)
 
 
 # Append only: never edit or reorder a released step; a new column is a new step (ALTER TABLE ...).

@@ -1,0 +1,280 @@
+"""The run store on SQLite (always) and PostgreSQL (when FIELDEVAL_TEST_PG is set, as in CI)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+
+from fieldeval.errors import UsageError
+from fieldeval.store import SCHEMA_VERSION, evaluation_responses, open_store
+
+# The seed's compare payload (002, "Comparing runs via API"), numbers as written there.
+SEED_RUNS = [
+    {"run_id": "run_3b9e204a", "model_name": "phi-3-mini-4k", "mean_dimension_score": 2.60,
+     "threshold_pass_rate": 0.54,
+     "scores": {"hazard_recognition": 3.12, "impact_reasoning": 2.47, "uncertainty_handling": 1.83,
+                "action_relevance": 2.91, "geographic_specificity": 2.68}},
+    {"run_id": "run_9c1d88f0", "model_name": "mistral-7b-instruct-v0.3", "mean_dimension_score": 3.21,
+     "threshold_pass_rate": 0.72,
+     "scores": {"hazard_recognition": 3.54, "impact_reasoning": 3.10, "uncertainty_handling": 2.88,
+                "action_relevance": 3.22, "geographic_specificity": 3.31}},
+    {"run_id": "run_0a7c553e", "model_name": "gemma-2b-it", "mean_dimension_score": 1.94,
+     "threshold_pass_rate": 0.28,
+     "scores": {"hazard_recognition": 2.31, "impact_reasoning": 1.77, "uncertainty_handling": 1.40,
+                "action_relevance": 2.05, "geographic_specificity": 2.17}},
+]
+DIMENSIONS = list(SEED_RUNS[0]["scores"])
+
+
+def metric(value: float, n: int = 3) -> dict:
+    return {"value": value, "ci95": [round(value - 0.1, 4), round(value + 0.1, 4)], "n": n}
+
+
+def ibf_run(seed: dict, *, started_at: str = "2026-05-29T08:14:03Z", items: int = 3) -> tuple[dict, dict]:
+    """A payload and rows for one IBF run of one model, with the seed's aggregate numbers."""
+    entry = {name: metric(value, items) for name, value in seed["scores"].items()}
+    entry["mean_dimension_score"] = metric(seed["mean_dimension_score"], items)
+    entry["threshold_pass_rate"] = metric(seed["threshold_pass_rate"], items)
+    entry.update(items=items, errors=0)
+    payload = {"run_id": seed["run_id"], "started_at": started_at, "ontology_version": None,
+               "benchmarks": {"ibf": {seed["model_name"]: entry}}}
+    rows = [{"benchmark": "ibf", "model": seed["model_name"], "case_id": f"ci_{i:04d}",
+             "response_text": f"answer {i}", "response_time_s": 0.5, "prompt_tokens": 100, "completion_tokens": 20,
+             "est_cost_usd": 0.0001, "cached": i == 0, **{d: (i + k) % 5 for k, d in enumerate(DIMENSIONS)}}
+            for i in range(items)]
+    return payload, {"ibf": rows}
+
+
+def ebs_run(run_id: str, models: dict[str, float], *, started_at: str = "2026-06-01T10:00:00Z") -> tuple[dict, dict]:
+    """A payload and rows for an EBS run of several models, shaped like ebs.aggregate's output."""
+    bench = {}
+    rows = []
+    for model, score in models.items():
+        bench[model] = {
+            "ontology_score": metric(score), "exact_match": metric(score / 2), "parse_success": metric(1.0),
+            "curie_label_valid": metric(1.0), "hierarchy_score": metric(score), "in_template_enum": metric(0.5),
+            "relationship_counts": {"exact": 1, "descendant": 1, "ancestor": 0, "unrelated": 1, "parse_failure": 0},
+            "per_stratum": {"soil": {"ontology_score": metric(score), "exact_match": metric(score / 2)}},
+            "items": 3, "errors": 0,
+        }
+        rows += [{"benchmark": "ebs", "model": model, "case_id": f"case_{i}", "response_text": "forest biome",
+                  "ontology_score": score, "exact_match": 0, "stratum": "soil", "nodeid": f"evals/x.py::t[{i}]",
+                  "response_time_s": 0.01, "prompt_tokens": None, "completion_tokens": None, "est_cost_usd": None,
+                  "cached": False} for i in range(3)]
+    return {"run_id": run_id, "started_at": started_at, "ontology_version": "envo 2024-07-01",
+            "benchmarks": {"ebs": bench}}, {"ebs": rows}
+
+
+def pg_schema_url(base: str, schema: str) -> str:
+    """The PostgreSQL URL with its search_path set to one schema (a fresh store per test)."""
+    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh, empty store URL on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    base = os.environ.get("FIELDEVAL_TEST_PG")
+    if not base:
+        pytest.skip("FIELDEVAL_TEST_PG is not set; run `eval \"$(.ci/postgres.sh)\"` to test PostgreSQL")
+    import psycopg
+
+    schema = "t_" + secrets.token_hex(4)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield pg_schema_url(base, schema)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def store(store_url):
+    with open_store(store_url) as opened:
+        yield opened
+
+
+def save_seed_runs(store) -> None:
+    for i, seed in enumerate(SEED_RUNS):
+        store.save_run(*ibf_run(seed, started_at=f"2026-05-29T08:1{i}:00Z"), {"corpus_version": "ibf-v2.1",
+                                                                             "label": f"{seed['model_name']} run"})
+
+
+def test_save_run_then_get_run_returns_metrics_times_and_counts(store):
+    payload, rows = ibf_run(SEED_RUNS[0])
+    run_id = store.save_run(payload, rows, {"label": "phi-3-mini baseline run", "corpus_version": "ibf-v2.1",
+                                            "content_hash": "sha256:abc", "git_commit": "deadbeef",
+                                            "completed_at": "2026-05-29T08:27:11Z"})
+    run = store.get_run(run_id)
+    assert run_id == "run_3b9e204a"
+    assert run["label"] == "phi-3-mini baseline run"
+    assert (run["status"], run["total_items"], run["responses"]) == ("completed", 3, 3)
+    assert (run["created_at"], run["completed_at"]) == ("2026-05-29T08:14:03Z", "2026-05-29T08:27:11Z")
+    assert run["corpus_versions"] == {"ibf": "ibf-v2.1"}
+    assert run["metrics"]["ibf"]["phi-3-mini-4k"]["impact_reasoning"] == {"value": 2.47, "ci95": [2.37, 2.57], "n": 3}
+    # the seed's evaluations columns are filled for a one-model IBF run
+    assert (run["mean_dimension_score"], run["threshold_pass_rate"], run["hazard_recognition"]) == (2.60, 0.54, 3.12)
+    assert run["totals"]["phi-3-mini-4k"] == {"items": 3, "cached": 1, "prompt_tokens": 300, "completion_tokens": 60,
+                                              "est_cost_usd": 0.0003, "response_time_s": 1.5}
+    assert run["payload"] == payload
+
+
+def test_responses_keep_raw_text_scores_timing_and_tokens(store):
+    store.save_run(*ibf_run(SEED_RUNS[0]))
+    first = store.responses("run_3b9e204a")[0]
+    assert (first["corpus_item_id"], first["raw_response"], first["cached"]) == ("ci_0000", "answer 0", True)
+    assert (first["response_time_s"], first["prompt_tokens"], first["completion_tokens"]) == (0.5, 100, 20)
+    assert first["hazard_recognition"] == 0 and first["impact_reasoning"] == 1
+    assert first["metrics"]["geographic_specificity"] == 4
+
+
+def test_nested_ebs_metrics_are_stored_with_dotted_names(store):
+    store.save_run(*ebs_run("run_00000001", {"gpt-4o-mini": 0.8}))
+    metrics = store.get_run("run_00000001")["metrics"]["ebs"]["gpt-4o-mini"]
+    assert metrics["per_stratum.soil.ontology_score"]["value"] == 0.8
+    assert "relationship_counts" not in metrics
+
+
+def test_list_runs_filters_by_benchmark_and_corpus_version(store):
+    save_seed_runs(store)
+    store.save_run(*ebs_run("run_000000e1", {"gpt-4o-mini": 0.8}), {"corpus_version": {"ebs": "ebs-suite@3f2a"}})
+    assert [r.run_id for r in store.list_runs()] == ["run_3b9e204a", "run_9c1d88f0", "run_0a7c553e", "run_000000e1"]
+    assert [r.run_id for r in store.list_runs(benchmark="ebs")] == ["run_000000e1"]
+    assert len(store.list_runs(benchmark="ibf", corpus_version="ibf-v2.1")) == 3
+    assert store.list_runs(benchmark="ebs", corpus_version="ibf-v2.1") == []
+
+
+def test_compare_matches_the_seed_payload_for_its_three_runs(store):
+    save_seed_runs(store)
+    payload = store.compare([seed["run_id"] for seed in SEED_RUNS])
+    assert list(payload) == ["runs"]
+    assert [{key: entry[key] for key in SEED_RUNS[0]} for entry in payload["runs"]] == SEED_RUNS
+    assert all("legacy" not in entry for entry in payload["runs"])
+    assert payload["runs"][1]["benchmarks"]["ibf"]["mean_dimension_score"] == 3.21
+
+
+def test_compare_gives_one_entry_per_model_of_a_multi_model_run(store):
+    store.save_run(*ebs_run("run_000000e1", {"gpt-4o-mini": 0.8, "ebs-baseline": 0.6}))
+    entries = store.compare(["run_000000e1"])["runs"]
+    assert [(e["model_name"], e["benchmarks"]["ebs"]["ontology_score"]) for e in entries] == [
+        ("ebs-baseline", 0.6), ("gpt-4o-mini", 0.8)]
+    assert list(entries[0]["benchmarks"]["ebs"]) == ["ontology_score", "exact_match", "hierarchy_score",
+                                                     "in_template_enum", "parse_success"]
+    assert "scores" not in entries[0]  # the IBF keys appear only for IBF runs
+
+
+def test_runs_on_a_superseded_corpus_version_are_tagged_legacy(store):
+    save_seed_runs(store)
+    newer = dict(SEED_RUNS[0], run_id="run_11111111")
+    store.save_run(*ibf_run(newer, started_at="2026-07-01T00:00:00Z"), {"corpus_version": "ibf-v2.2"})
+    entries = store.compare(["run_3b9e204a", "run_11111111"])["runs"]
+    assert [e.get("legacy", False) for e in entries] == [True, False]
+    assert [r.legacy for r in store.list_runs()] == [True, True, True, False]
+    assert store.get_run("run_3b9e204a")["legacy"] is True
+    # a later rerun on the old corpus does not make it current again
+    rerun = dict(SEED_RUNS[1], run_id="run_22222222")
+    store.save_run(*ibf_run(rerun, started_at="2026-08-01T00:00:00Z"), {"corpus_version": "ibf-v2.1"})
+    assert store.get_run("run_22222222")["legacy"] is True
+
+
+def test_delete_run_removes_its_responses_and_nothing_else(store):
+    save_seed_runs(store)
+    assert store.delete_run("run_9c1d88f0") == 3
+    assert [r.run_id for r in store.list_runs()] == ["run_3b9e204a", "run_0a7c553e"]
+    with store.engine.connect() as conn:
+        left = conn.execute(sa.select(evaluation_responses.c.run_id).distinct()).scalars().all()
+    assert sorted(left) == ["run_0a7c553e", "run_3b9e204a"]
+    with pytest.raises(UsageError, match="run_9c1d88f0"):
+        store.get_run("run_9c1d88f0")
+
+
+def test_saving_an_existing_run_id_is_refused_and_changes_nothing(store):
+    payload, rows = ibf_run(SEED_RUNS[0])
+    store.save_run(payload, rows, {"label": "first"})
+    changed = {**payload, "benchmarks": {"ibf": {"other-model": payload["benchmarks"]["ibf"]["phi-3-mini-4k"]}}}
+    with pytest.raises(UsageError, match=r"run run_3b9e204a: already in the store .*immutable"):
+        store.save_run(changed, {"ibf": rows["ibf"][:1]}, {"label": "second"})
+    run = store.get_run("run_3b9e204a")
+    assert (run["label"], run["models"], run["responses"]) == ("first", ["phi-3-mini-4k"], 3)
+
+
+def test_add_model_is_idempotent_on_name_and_endpoint(store):
+    first = store.add_model("phi-3-mini-4k", "http://localhost:11434/v1/chat/completions", provider="local",
+                            context_window=4096, parameters_billion=3.8, notes="4-bit GGUF quantisation")
+    again = store.add_model("phi-3-mini-4k", "http://localhost:11434/v1/chat/completions", notes="changed")
+    other = store.add_model("phi-3-mini-4k", "http://gpu-box:8000/v1")
+    assert again == first and other.model_id != first.model_id
+    assert first.model_id.startswith("mdl_") and len(first.model_id) == 12
+    assert first.registered_at.endswith("Z")
+    assert [m.endpoint for m in store.list_models()] == ["http://localhost:11434/v1/chat/completions",
+                                                         "http://gpu-box:8000/v1"]
+
+
+def test_migrations_are_applied_once_and_versioned(store_url):
+    with open_store(store_url) as first:
+        assert first.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+        assert first.migrate() == []
+    with open_store(store_url) as second:
+        assert second.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+
+
+@pytest.mark.parametrize("call", ["get_run", "delete_run", "compare", "responses"])
+def test_an_unknown_run_id_is_a_one_line_usage_error(store, call):
+    argument = ["run_deadbeef"] if call == "compare" else "run_deadbeef"
+    with pytest.raises(UsageError, match=r"run 'run_deadbeef': not in the store .*fieldeval runs list") as info:
+        getattr(store, call)(argument)
+    assert "\n" not in str(info.value)
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_store_api import ebs_run
+    from fieldeval.store import open_store
+    store = open_store({url!r})
+    for i in range({count}):
+        store.save_run(*ebs_run(f"run_{tag}{{i:07d}}", {{"m": 0.5}}), {{"label": "{tag}"}})
+        store.add_model("shared", "http://127.0.0.1:9/v1")
+""")
+
+
+def test_two_processes_save_runs_to_one_fresh_store_at_once(store_url):
+    tests = os.path.dirname(__file__)
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER.format(tests=tests, url=store_url, count=10, tag=tag)],
+                                stderr=subprocess.PIPE, text=True) for tag in "ab"]
+    errors = [w.communicate(timeout=120)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    with open_store(store_url) as store:
+        runs = store.list_runs()
+        assert len(runs) == 20 and {r.label for r in runs} == {"a", "b"}
+        assert store.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+        assert len(store.list_models()) == 1
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(evaluation_responses)).scalar_one() == 60
+
+
+@pytest.mark.parametrize("url, message", [
+    ("mysql://root@localhost/db", "unsupported database 'mysql'"),
+    ("sqlite://", "needs a file"),
+    ("postgresql://nobody:secret@127.0.0.1:1/none", "cannot open the database"),
+])
+def test_a_bad_store_url_is_a_one_line_usage_error(url, message):
+    with pytest.raises(UsageError, match=message) as info:
+        open_store(url)
+    assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+def test_a_bare_path_opens_a_sqlite_store(tmp_path):
+    with open_store(str(tmp_path / "sub" / "runs.db")) as store:
+        assert store.list_runs() == []
+    assert (tmp_path / "sub" / "runs.db").is_file()
