@@ -12,8 +12,17 @@ from typing import Any
 
 from fieldeval.errors import UsageError
 
-RETRIES = 2
 RETRY_BACKOFF_S = 2.0
+
+
+@dataclass
+class CallSettings:
+    """Process-wide settings of :func:`complete`, set once by the pytest plugin or the CLI."""
+
+    retries: int = 2
+
+
+SETTINGS = CallSettings()
 
 
 class ModelCallError(RuntimeError):
@@ -105,7 +114,8 @@ def complete(
     options = model_options(model, temperature=temperature, max_tokens=max_tokens)
     use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
     last: Exception | None = None
-    for attempt in range(RETRIES + 1):
+    retries = SETTINGS.retries
+    for attempt in range(retries + 1):
         start = time.perf_counter()
         try:
             response = model.prompt(prompt, system=system, schema=use_schema, options=options)
@@ -113,7 +123,7 @@ def complete(
             usage = response.usage()
         except Exception as error:  # providers raise many types; retry, then report one
             last = error
-            if attempt < RETRIES:
+            if attempt < retries:
                 time.sleep(RETRY_BACKOFF_S * (attempt + 1))
             continue
         return Completion(
@@ -123,4 +133,4 @@ def complete(
             prompt_tokens=usage.input,
             completion_tokens=usage.output,
         )
-    raise ModelCallError(f"{model_id}: no response after {RETRIES + 1} attempts: {type(last).__name__}: {last}")
+    raise ModelCallError(f"{model_id}: no response after {retries + 1} attempt(s): {type(last).__name__}: {last}")

@@ -117,18 +117,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"bootstrap seed (default: {DEFAULT_SEED})")
     group.addoption("--bootstrap-resamples", dest="fieldeval_resamples", type=int, default=DEFAULT_RESAMPLES,
                     help=f"bootstrap resamples for ci95 (default: {DEFAULT_RESAMPLES})")
+    group.addoption("--retries", dest="fieldeval_retries", type=int, default=2,
+                    help="retries of a failed model call, with backoff (default: 2)")
     for module in BENCHMARKS.values():
         module.add_options(group)
 
 
-def _runs_evals(config: pytest.Config) -> bool:
+def selected_benchmarks(config: pytest.Config) -> list[str]:
+    """The benchmarks whose eval modules the command line selects (all of them for ``evals/``)."""
     evals_dir = (config.rootpath / "evals").resolve()
     args = [a.split("::")[0] for a in config.args if not a.startswith("-")] or config.getini("testpaths") or ["."]
+    selected: set[str] = set()
     for arg in args:
         path = (config.invocation_params.dir / arg).resolve()
-        if path == evals_dir or evals_dir in path.parents or path in evals_dir.parents:
-            return True
-    return False
+        if path == evals_dir or path in evals_dir.parents:
+            selected.update(BENCHMARKS)
+        elif evals_dir in path.parents:
+            selected.update(name for name in BENCHMARKS if path.name == f"test_{name}.py")
+    return sorted(selected)
+
+
+def _exit_on_usage_error(step: Callable[[], object]) -> None:
+    """Run a set-up step; a user mistake ends the session with its one line and exit status 2."""
+    try:
+        step()
+    except (UsageError, pytest.UsageError) as error:
+        pytest.exit(str(error), returncode=2)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -138,12 +152,19 @@ def pytest_configure(config: pytest.Config) -> None:
     state = EvalSession(config)
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
-    if config.getoption("fieldeval_resamples") < 1:
-        raise pytest.UsageError(f"--bootstrap-resamples {config.getoption('fieldeval_resamples')}: must be at least 1")
+    for flag, dest, least in [("--bootstrap-resamples", "fieldeval_resamples", 1), ("--retries", "fieldeval_retries", 0)]:
+        if config.getoption(dest) < least:
+            pytest.exit(f"{flag} {config.getoption(dest)}: must be at least {least}", returncode=2)
+    from fieldeval.models import SETTINGS
+
+    SETTINGS.retries = config.getoption("fieldeval_retries")
+    selected = selected_benchmarks(config)
+    if not hasattr(config, "workerinput"):
+        _exit_on_usage_error(lambda: _prepare(config, selected))
     if not hasattr(config.option, "json_report"):
         return
     explicit = config.getoption("fieldeval_report")
-    if explicit or _runs_evals(config):
+    if explicit or selected:
         config.option.json_report = True
         if explicit:
             config.option.json_report_file = explicit
@@ -153,6 +174,18 @@ def pytest_configure(config: pytest.Config) -> None:
             Path(config.option.json_report_file).parent.mkdir(parents=True, exist_ok=True)
 
 
+def _prepare(config: pytest.Config, selected: list[str]) -> None:
+    """Check the models and each selected benchmark's inputs before any item is collected."""
+    from fieldeval.models import resolve_model
+
+    for model in config.getoption("fieldeval_models"):
+        resolve_model(model)
+    for name in selected:
+        prepare = getattr(BENCHMARKS[name], "prepare", None)
+        if prepare is not None:
+            prepare(config)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise eval items over ``--model`` (or the benchmark's offline baseline)."""
@@ -160,13 +193,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is None or "model" not in metafunc.fixturenames:
         return
     models = metafunc.config.getoption("fieldeval_models") or [marker.kwargs["baseline"]]
-    from fieldeval.models import resolve_model
-
-    for model in models:
-        try:
-            resolve_model(model)
-        except UsageError as error:
-            raise pytest.UsageError(str(error)) from None
     metafunc.parametrize("model", list(dict.fromkeys(models)))
 
 

@@ -408,7 +408,11 @@ _contexts: dict[tuple, EbsContext] = {}
 
 
 def ebs_context(config) -> EbsContext:
-    """The EBS context for a pytest config's options, built once per process."""
+    """The EBS context for a pytest config's options, built once per process.
+
+    A user mistake found here (during collection) ends the session with its
+    one line and exit status 2, as :func:`prepare` does before collection.
+    """
     import pytest
 
     from fieldeval.ontology import load_index
@@ -419,5 +423,14 @@ def ebs_context(config) -> EbsContext:
         try:
             _contexts[key] = EbsContext(load_suite(key[0]), load_index(key[1]), load_enums(key[2]))
         except UsageError as error:
-            raise pytest.UsageError(str(error)) from None
+            pytest.exit(str(error), returncode=2)
     return _contexts[key]
+
+
+def prepare(config) -> None:
+    """Load the suite, ontology index and value sets once before collection (warming the cache for workers)."""
+    from fieldeval.ontology import load_index
+
+    load_suite(config.getoption("fieldeval_ebs_suite"))
+    load_index(config.getoption("fieldeval_ontology"))
+    load_enums(config.getoption("fieldeval_enum_dir"))

@@ -1,0 +1,51 @@
+"""Shared fixtures of the suite's own tests: the tiny ontology, its value sets, an isolated cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_OBO = ROOT / "fixtures" / "ontology" / "tiny.obo"
+TINY_ENUMS = ROOT / "fixtures" / "enum_tiny"
+TINY_SELECTOR = f"simpleobo:{TINY_OBO}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keep indexes and downloads of the tests out of the user's cache."""
+    folder = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("FIELDEVAL_CACHE_DIR")
+    os.environ["FIELDEVAL_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("FIELDEVAL_CACHE_DIR", None)
+    else:
+        os.environ["FIELDEVAL_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_index():
+    """The index of the hand-written tiny ENVO fixture."""
+    from fieldeval.ontology import load_index
+
+    return load_index(TINY_SELECTOR)
+
+
+@pytest.fixture(scope="session")
+def tiny_enums() -> dict[str, frozenset[str]]:
+    """The tiny value sets: soil has terrestrial terms, the other three only marine biome."""
+    from fieldeval.benchmarks.ebs import load_enums
+
+    return load_enums(TINY_ENUMS)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The upstream data mirror; tests that read it skip where FIELDEVAL_DATA_DIR is unset."""
+    value = os.environ.get("FIELDEVAL_DATA_DIR")
+    if not value:
+        pytest.skip("FIELDEVAL_DATA_DIR is not set")
+    return Path(value)
