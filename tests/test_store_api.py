@@ -237,10 +237,14 @@ def test_an_unknown_run_id_is_a_one_line_usage_error(store, call):
 
 
 WRITER = textwrap.dedent("""
-    import sys
+    import pathlib, sys, time
     sys.path.insert(0, {tests!r})
     from test_store_api import ebs_run
     from fieldeval.store import open_store
+    barrier = pathlib.Path({barrier!r})
+    (barrier / {tag!r}).touch()
+    while len(list(barrier.iterdir())) < 2:  # both imported: open and write at the same moment
+        time.sleep(0.005)
     store = open_store({url!r})
     for i in range({count}):
         store.save_run(*ebs_run(f"run_{tag}{{i:07d}}", {{"m": 0.5}}), {{"label": "{tag}"}})
@@ -248,9 +252,11 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_two_processes_save_runs_to_one_fresh_store_at_once(store_url):
-    tests = os.path.dirname(__file__)
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER.format(tests=tests, url=store_url, count=10, tag=tag)],
+def test_two_processes_save_runs_to_one_fresh_store_at_once(store_url, tmp_path):
+    tests, barrier = os.path.dirname(__file__), tmp_path / "barrier"
+    barrier.mkdir()
+    code = {tag: WRITER.format(tests=tests, url=store_url, count=10, tag=tag, barrier=str(barrier)) for tag in "ab"}
+    writers = [subprocess.Popen([sys.executable, "-c", code[tag]],
                                 stderr=subprocess.PIPE, text=True) for tag in "ab"]
     errors = [w.communicate(timeout=120)[1] for w in writers]
     assert [w.returncode for w in writers] == [0, 0], errors
