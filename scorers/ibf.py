@@ -252,22 +252,33 @@ def _content(phrase: str) -> list[str]:
     return list(dict.fromkeys(w[:_STEM] for w in words if w not in _STOPWORDS))
 
 
-def phrase_matches(phrase: str, stems: set[str], *, require_all: bool = False) -> bool:
+def phrase_matches(phrase: str, stems: set[str], *, require_all: bool = False,
+                   ignore: frozenset[str] = frozenset()) -> bool:
     """Whether a reference phrase is present: at least half (or all) of its content-word stems occur.
 
     Words are lower-cased, stop words dropped and cut to their first six
     letters, so "pre-positioning relief supplies" matches "pre-position relief
-    supplies".
+    supplies". Stems in ``ignore`` (the hazard's own name) do not count, so
+    restating "heatwave" does not name "duration of the heatwave".
     """
-    words = _content(phrase)
+    words = [w for w in _content(phrase) if w not in ignore]
     if not words:
         return False
     hits = sum(w in stems for w in words)
     return hits == len(words) if require_all else hits >= math.ceil(len(words) / 2)
 
 
-def _count(phrases: Iterable[str], stems: set[str]) -> int:
-    return sum(phrase_matches(p, stems) for p in phrases)
+def _count(phrases: Iterable[str], stems: set[str], ignore: frozenset[str] = frozenset()) -> int:
+    return sum(phrase_matches(p, stems, ignore=ignore) for p in phrases)
+
+
+# words every restated alert carries; they never name an impact, uncertainty or action by themselves
+_ALERT_STEMS = frozenset({"foreca", "warnin", "alert", "issued"})
+
+
+def _hazard_stems(refs: Mapping) -> frozenset[str]:
+    names = [refs.get("type", ""), *refs.get("synonyms", [])]
+    return _ALERT_STEMS | {w for n in names for w in _content(n)}
 
 
 def _any_stem(prefixes: Iterable[str], stems: set[str]) -> bool:
@@ -285,15 +296,15 @@ def _hazard(refs: Mapping, stems: set[str]) -> int:
     return 1 if _any_stem(_HAZARD_WORDS, stems) else 0
 
 
-def _impacts(refs: Mapping, stems: set[str]) -> int:
-    covered = sum(_count(refs.get(kind, []), stems) > 0 for kind in ("societal", "agricultural", "infrastructure"))
+def _impacts(refs: Mapping, stems: set[str], ignore: frozenset[str]) -> int:
+    covered = sum(_count(refs.get(kind, []), stems, ignore) > 0 for kind in ("societal", "agricultural", "infrastructure"))
     if covered:
         return 1 + covered
     return 1 if _any_stem(_IMPACT_WORDS, stems) else 0
 
 
-def _uncertainty(refs: Sequence[str], stems: set[str], text: str) -> int:
-    key = _count(refs, stems)
+def _uncertainty(refs: Sequence[str], stems: set[str], text: str, ignore: frozenset[str]) -> int:
+    key = _count(refs, stems, ignore)
     acknowledged = _any_stem(_HEDGE_WORDS, stems) or key > 0
     if not acknowledged:
         return 0
@@ -304,8 +315,8 @@ def _uncertainty(refs: Sequence[str], stems: set[str], text: str) -> int:
     return max(0, min(points, MAX_SCORE))
 
 
-def _actions(refs: Sequence[str], stems: set[str]) -> int:
-    matched = _count(refs, stems)
+def _actions(refs: Sequence[str], stems: set[str], ignore: frozenset[str]) -> int:
+    matched = _count(refs, stems, ignore)
     if matched:
         return min(1 + matched, MAX_SCORE)
     return 1 if _any_stem(_ACTION_WORDS, stems) else 0
@@ -332,7 +343,8 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
 
     Matching is lexical: a reference phrase counts as present when at least
     half of its content words (all of them for hazard names and place names)
-    occur in the response, comparing the first six letters of each word.
+    occur in the response, comparing the first six letters of each word; the
+    hazard's own name (and "forecast", "warning", "alert") never counts towards an impact, uncertainty or action.
 
     The mapping to the rubric (4 excellent ... 0 absent):
 
@@ -371,11 +383,13 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
     """
     text = response or ""
     stems = _stems(text)
+    hazard = references.get("hazard", {})
+    ignore = _hazard_stems(hazard)
     return IbfScore(
-        hazard_recognition=_hazard(references.get("hazard", {}), stems),
-        impact_reasoning=_impacts(references.get("impacts", {}), stems),
-        uncertainty_handling=_uncertainty(references.get("uncertainties", []), stems, text),
-        action_relevance=_actions(references.get("actions", []), stems),
+        hazard_recognition=_hazard(hazard, stems),
+        impact_reasoning=_impacts(references.get("impacts", {}), stems, ignore),
+        uncertainty_handling=_uncertainty(references.get("uncertainties", []), stems, text, ignore),
+        action_relevance=_actions(references.get("actions", []), stems, ignore),
         geographic_specificity=_geography(references.get("geography", {}), stems),
         scorer=REFERENCE_SCORER,
     )
