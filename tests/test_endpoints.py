@@ -1,0 +1,130 @@
+"""Registered endpoints answer as llm models, against an OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import llm
+import pytest
+
+import fieldeval
+from fieldeval import endpoints, store
+from fieldeval.endpoints import api_base, register_endpoints, registered_endpoints
+from fieldeval.store import open_store
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    """POST /v1/chat/completions: echoes the model and last user message, streaming or not."""
+
+    requests: list[dict] = []
+
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ChatHandler.requests.append({"path": self.path, **body})
+        if self.path != "/v1/chat/completions":
+            self.send_error(404)
+            return
+        text = f"echo from {body['model']}: {body['messages'][-1]['content']}"
+        base = {"id": "chatcmpl-1", "created": 0, "model": body["model"]}
+        if not body.get("stream"):
+            self._send("application/json", json.dumps({
+                **base, "object": "chat.completion", "usage": USAGE,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}]}).encode())
+            return
+        chunks = [{"role": "assistant", "content": ""}, {"content": text[:5]}, {"content": text[5:]}]
+        events = [{**base, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in chunks]
+        events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": USAGE})
+        stream = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+        self._send("text/event-stream", stream.encode())
+
+    def _send(self, content_type: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A loopback OpenAI-compatible server; yields its base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), ChatHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class EndpointPlugin:
+    """The line the baselines' register_models hook runs, as a test-only llm plugin."""
+
+    @llm.hookimpl
+    def register_models(self, register) -> None:
+        register_endpoints(register)
+
+
+@pytest.fixture
+def registered(server, tmp_path, monkeypatch):
+    """A store with tiny-echo registered at the server, as the default store, visible to llm."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("FIELDEVAL_STORE", url)
+    with open_store(url) as opened:
+        record = opened.add_model("tiny-echo", f"{server}/v1/chat/completions", provider="local")
+    plugin = None
+    if "tiny-echo" not in {m.model.model_id for m in llm.get_models_with_aliases()}:
+        plugin = llm.plugins.pm.register(EndpointPlugin(), name="fieldeval-test-endpoints")
+    ChatHandler.requests.clear()
+    yield record
+    if plugin is not None:
+        llm.plugins.pm.unregister(name="fieldeval-test-endpoints")
+
+
+def test_complete_gets_text_and_token_usage_from_a_registered_endpoint(registered):
+    completion = fieldeval.complete("tiny-echo", "hi", system="be brief")
+    assert completion.text == "echo from tiny-echo: hi"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (7, 3)
+    assert ChatHandler.requests[-1]["path"] == "/v1/chat/completions"
+    assert ChatHandler.requests[-1]["stream"] is True  # llm streams by default; usage comes in the last chunk
+    assert ChatHandler.requests[-1]["messages"][0] == {"role": "system", "content": "be brief"}
+
+
+def test_a_non_streaming_prompt_gets_text_and_usage(registered):
+    response = llm.get_model("tiny-echo").prompt("hello", stream=False)
+    assert response.text() == "echo from tiny-echo: hello"
+    assert (response.usage().input, response.usage().output) == (7, 3)
+    assert ChatHandler.requests[-1].get("stream") is False
+
+
+def test_a_registered_endpoint_is_also_reachable_by_its_model_id(registered):
+    assert llm.get_model(registered.model_id).prompt("x").text() == "echo from tiny-echo: x"
+
+
+def test_no_store_registers_nothing_and_does_not_create_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIELDEVAL_STORE", str(tmp_path / "absent.db"))
+    seen = []
+    register_endpoints(lambda *args, **kwargs: seen.append(args))
+    assert seen == [] and not (tmp_path / "absent.db").exists()
+
+
+def test_an_unreachable_postgres_store_registers_nothing():
+    assert registered_endpoints("postgresql://nobody:x@127.0.0.1:1/none") == []
+
+
+def test_the_endpoint_path_is_trimmed_to_the_client_base_url():
+    assert api_base("http://localhost:11434/v1/chat/completions") == "http://localhost:11434/v1"
+    assert api_base("http://localhost:8000/v1/") == "http://localhost:8000/v1"
+
+
+def test_endpoints_default_store_matches_the_store_module():
+    # endpoints keeps its own copy so llm's plugin loading never imports SQLAlchemy
+    assert (endpoints.DEFAULT_STORE_PATH, endpoints.STORE_ENV) == (store.DEFAULT_STORE_PATH, store.STORE_ENV)
