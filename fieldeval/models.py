@@ -7,9 +7,10 @@ place, for every benchmark and for LLM judges alike.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fieldeval.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from fieldeval.errors import UsageError
 
 RETRY_BACKOFF_S = 2.0
@@ -17,9 +18,19 @@ RETRY_BACKOFF_S = 2.0
 
 @dataclass
 class CallSettings:
-    """Process-wide settings of :func:`complete`, set once by the pytest plugin or the CLI."""
+    """Process-wide settings of :func:`complete`, set once by the pytest plugin or the CLI.
+
+    Attributes:
+        retries: retries of a failed call, with backoff.
+        cache_mode: use (read and write), refresh (write only), off, or replay (read only; a miss fails).
+        cache: the response cache, or None for no caching.
+        prices: model id -> {"input_per_mtok": USD, "output_per_mtok": USD}.
+    """
 
     retries: int = 2
+    cache_mode: CacheMode = "off"
+    cache: ResponseCache | None = None
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 SETTINGS = CallSettings()
@@ -50,13 +61,25 @@ class Completion:
     cached: bool = False
 
 
+def estimate_cost(model_id: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+    """USD cost from the price table; None when the model is not priced or tokens are unknown."""
+    price = SETTINGS.prices.get(model_id)
+    if price is None or prompt_tokens is None or completion_tokens is None:
+        return None
+    return round((prompt_tokens * price.get("input_per_mtok", 0.0)
+                  + completion_tokens * price.get("output_per_mtok", 0.0)) / 1e6, 8)
+
+
 def completion_fields(completion: Completion) -> dict[str, Any]:
-    """The cost columns of a completion, as recorded with every eval row."""
+    """The cost columns of a completion, as recorded with every eval row.
+
+    A cached completion keeps the timing and tokens of its original call.
+    """
     return {
         "response_time_s": completion.response_time_s,
         "prompt_tokens": completion.prompt_tokens,
         "completion_tokens": completion.completion_tokens,
-        "est_cost_usd": None,
+        "est_cost_usd": estimate_cost(completion.model, completion.prompt_tokens, completion.completion_tokens),
         "cached": completion.cached,
     }
 
@@ -113,6 +136,16 @@ def complete(
     model = resolve_model(model_id)
     options = model_options(model, temperature=temperature, max_tokens=max_tokens)
     use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
+    cache = SETTINGS.cache if SETTINGS.cache_mode != "off" else None
+    key = cache_key(model.model_id, options, system, prompt, use_schema) if cache else ""
+    if cache is not None and SETTINGS.cache_mode in ("use", "replay"):
+        hit = cache.get(key)
+        if hit is not None:
+            return Completion(model_id, hit.text, hit.response_time_s or 0.0, hit.prompt_tokens,
+                              hit.completion_tokens, cached=True)
+        if SETTINGS.cache_mode == "replay":
+            raise ModelCallError(f"{model_id}: no cached response for this prompt (--cache replay); "
+                                 "record it first with --cache use")
     last: Exception | None = None
     retries = SETTINGS.retries
     for attempt in range(retries + 1):
@@ -126,11 +159,15 @@ def complete(
             if attempt < retries:
                 time.sleep(RETRY_BACKOFF_S * (attempt + 1))
             continue
-        return Completion(
+        completion = Completion(
             model=model_id,
             text=text,
             response_time_s=round(time.perf_counter() - start, 6),
             prompt_tokens=usage.input,
             completion_tokens=usage.output,
         )
+        if cache is not None:
+            cache.put(key, model.model_id, CachedResponse(text, completion.response_time_s,
+                                                          usage.input, usage.output))
+        return completion
     raise ModelCallError(f"{model_id}: no response after {retries + 1} attempt(s): {type(last).__name__}: {last}")

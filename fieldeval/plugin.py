@@ -10,6 +10,7 @@ bootstrap intervals, and land in pytest-json-report's file as
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fieldeval.benchmarks import BENCHMARKS
+from fieldeval.cache import CACHE_MODES
 from fieldeval.errors import UsageError
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
@@ -38,6 +40,7 @@ class EvalSession:
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
+        self.gates: list[tuple[str, str, float]] = []
         self._payload: dict | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -77,14 +80,32 @@ class EvalSession:
                 entry = BENCHMARKS[name].aggregate(by_model.get(model, []), seed=seed, resamples=resamples)
                 entry["items"] = len(by_model.get(model, [])) + self.errors[(name, model)]
                 entry["errors"] = self.errors[(name, model)]
+                entry["totals"] = _totals(by_model.get(model, []))
                 benchmarks[name][model] = entry
+        all_rows = [row for rows in self.rows.values() for row in rows]
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
             "ontology_version": versions[0] if len(versions) == 1 else (versions or None),
             "benchmarks": benchmarks,
+            "cache": {"mode": self.config.getoption("fieldeval_cache"),
+                      "hits": sum(1 for r in all_rows if r.get("cached")),
+                      "misses": sum(1 for r in all_rows if not r.get("cached"))},
+            "gates": self._gate_results(benchmarks),
         }
         return self._payload
+
+    def _gate_results(self, benchmarks: dict) -> list[dict]:
+        on = self.config.getoption("fieldeval_gate_on")
+        results = []
+        for bench, metric, threshold in self.gates:
+            for model, entry in benchmarks.get(bench, {}).items():
+                value = (entry.get(metric) or {}).get("value")
+                if on == "lower" and value is not None:
+                    value = entry[metric]["ci95"][0]
+                results.append({"metric": f"{bench}.{metric}", "model": model, "gate_on": on, "value": value,
+                                "threshold": threshold, "passed": value is not None and value >= threshold})
+        return results
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -119,6 +140,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"bootstrap resamples for ci95 (default: {DEFAULT_RESAMPLES})")
     group.addoption("--retries", dest="fieldeval_retries", type=int, default=2,
                     help="retries of a failed model call, with backoff (default: 2)")
+    group.addoption("--cache", dest="fieldeval_cache", default="use", choices=CACHE_MODES,
+                    help="response cache: use (default), refresh, off, or replay (fail items with no cached response)")
+    group.addoption("--cache-path", dest="fieldeval_cache_path", default=None, metavar="PATH",
+                    help="response cache file (default: reports/responses.sqlite)")
+    group.addoption("--prices", dest="fieldeval_prices", default=None, metavar="YAML",
+                    help="extra model prices (USD per million tokens) beside [tool.fieldeval.prices]")
+    group.addoption("--fail-under", dest="fieldeval_fail_under", action="append", default=[],
+                    metavar="BENCH.METRIC=VALUE", help="fail the session when a metric is below VALUE (repeatable)")
+    group.addoption("--gate-on", dest="fieldeval_gate_on", default="point", choices=("point", "lower"),
+                    help="gate on the point value (default) or the ci95 lower bound")
+    group.addoption("--summary-md", dest="fieldeval_summary_md", default=None, metavar="PATH",
+                    help="write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)")
     for module in BENCHMARKS.values():
         module.add_options(group)
 
@@ -155,9 +188,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for flag, dest, least in [("--bootstrap-resamples", "fieldeval_resamples", 1), ("--retries", "fieldeval_retries", 0)]:
         if config.getoption(dest) < least:
             pytest.exit(f"{flag} {config.getoption(dest)}: must be at least {least}", returncode=2)
-    from fieldeval.models import SETTINGS
-
-    SETTINGS.retries = config.getoption("fieldeval_retries")
+    _exit_on_usage_error(lambda: _configure_calls(config))
     selected = selected_benchmarks(config)
     if not hasattr(config, "workerinput"):
         _exit_on_usage_error(lambda: _prepare(config, selected))
@@ -172,6 +203,30 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.json_report_file = str(config.rootpath / DEFAULT_REPORT)
         if config.option.json_report_file:
             Path(config.option.json_report_file).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _configure_calls(config: pytest.Config) -> None:
+    """Set the model-call settings of this process: retries, response cache, prices, gates."""
+    from fieldeval.cache import ResponseCache
+    from fieldeval.models import SETTINGS
+    from fieldeval.settings import load_prices, load_thresholds
+
+    SETTINGS.retries = config.getoption("fieldeval_retries")
+    SETTINGS.cache_mode = config.getoption("fieldeval_cache")
+    if SETTINGS.cache_mode != "off":
+        path = config.getoption("fieldeval_cache_path") or config.rootpath / "reports" / "responses.sqlite"
+        SETTINGS.cache = ResponseCache(Path(path))
+    SETTINGS.prices = load_prices(config.rootpath, config.getoption("fieldeval_prices"))
+    gates = load_thresholds(config.rootpath, config.getoption("fieldeval_fail_under"))
+    for bench, metric, _ in gates:
+        if bench not in BENCHMARKS:
+            raise UsageError(f"threshold {bench}.{metric}: unknown benchmark {bench!r}; "
+                             f"choose from {', '.join(sorted(BENCHMARKS))}")
+        known = getattr(BENCHMARKS[bench], "METRICS", BENCHMARKS[bench].HEADLINE)
+        if metric not in known:
+            raise UsageError(f"threshold {bench}.{metric}: unknown metric {metric!r}; "
+                             f"choose from {', '.join(known)}")
+    eval_session(config).gates = gates
 
 
 def _prepare(config: pytest.Config, selected: list[str]) -> None:
@@ -226,14 +281,36 @@ def reports_dir(config: pytest.Config) -> Path:
     return Path(explicit) if explicit else config.rootpath / "reports"
 
 
+def _totals(rows: list[dict]) -> dict:
+    """Time, tokens and cost summed over a model's items; cached items keep their original figures."""
+    def total(key: str):
+        values = [r.get(key) for r in rows if r.get(key) is not None]
+        return round(sum(values), 6) if values else None
+
+    return {"response_time_s": total("response_time_s"), "prompt_tokens": total("prompt_tokens"),
+            "completion_tokens": total("completion_tokens"), "est_cost_usd": total("est_cost_usd"),
+            "cached_items": sum(1 for r in rows if r.get("cached"))}
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write every benchmark's scored table under ``reports/``."""
+    """Write scored tables and the Markdown summary; a failed gate fails the session."""
     config = session.config
     if hasattr(config, "workerinput"):
         return
     state = eval_session(config)
+    if not state.rows and not state.errors:
+        return
     for name in sorted(state.rows):
         BENCHMARKS[name].write_outputs(state.sorted_rows(name), reports_dir(config))
+    payload = state.payload()
+    summary_md = config.getoption("fieldeval_summary_md") or os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_md:
+        from fieldeval.summary import render_markdown
+
+        with open(summary_md, "a", encoding="utf-8") as handle:
+            handle.write(render_markdown(payload))
+    if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -243,5 +320,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     from fieldeval.summary import render_summary
 
-    for line in render_summary(state.payload()).splitlines():
+    payload = state.payload()
+    for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
+    for gate in payload["gates"]:
+        if not gate["passed"]:
+            terminalreporter.write_line(
+                f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value "
+                f"{gate['value']} is below the threshold {gate['threshold']}", red=True)

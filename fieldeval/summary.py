@@ -26,7 +26,7 @@ def render_summary(payload: dict, *, width: int = 140) -> str:
     for name, models in payload["benchmarks"].items():
         module = BENCHMARKS[name]
         table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
-        table.add_column("model")
+        table.add_column("model", no_wrap=True)
         table.add_column("items", justify="right")
         table.add_column("errors", justify="right")
         for metric in module.HEADLINE:
@@ -38,3 +38,26 @@ def render_summary(payload: dict, *, width: int = 140) -> str:
         for line in getattr(module, "summary_notes", lambda _: [])(models):
             console.print(line)
     return buffer.getvalue()
+
+
+def render_markdown(payload: dict) -> str:
+    """The run's headline metrics and gates as GitHub-flavoured Markdown."""
+    lines = [f"## fieldeval run `{payload['run_id']}`", ""]
+    if payload.get("ontology_version"):
+        lines += [f"Ontology: {payload['ontology_version']}", ""]
+    for name, models in payload["benchmarks"].items():
+        headline = BENCHMARKS[name].HEADLINE
+        lines += [f"### {name}", "", "| model | items | errors | " + " | ".join(headline) + " |",
+                  "|---|---:|---:|" + "---:|" * len(headline)]
+        for model, entry in models.items():
+            cells = [format_metric(entry.get(metric)) for metric in headline]
+            lines.append(f"| {model} | {entry['items']} | {entry['errors']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if payload.get("gates"):
+        lines += ["### Gates", "", "| gate | model | value | threshold | result |", "|---|---|---:|---:|---|"]
+        for gate in payload["gates"]:
+            value = "-" if gate["value"] is None else f"{gate['value']:.3f}"
+            lines.append(f"| {gate['metric']} ({gate['gate_on']}) | {gate['model']} | {value} | "
+                         f"{gate['threshold']} | {'pass' if gate['passed'] else '**FAIL**'} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"

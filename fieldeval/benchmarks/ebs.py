@@ -19,6 +19,7 @@ from scorers.ebs import EbsScore, OntologyIndex, score_ebs
 
 NAME = "ebs"
 HEADLINE = ["ontology_score", "exact_match", "hierarchy_score", "in_template_enum", "parse_success"]
+METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
 SUITE_FILE = "nmdc-ai-eval/ebs-suite.yaml"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ENUM_DIR = PROJECT_ROOT / "enum_data"
@@ -360,7 +361,7 @@ def add_options(group) -> None:
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     """Per-metric values with bootstrap intervals, relationship counts and per-stratum scores."""
     out: dict = {}
-    for metric in ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score"]:
+    for metric in METRICS[:-1]:
         out[metric] = mean_metric([float(r[metric]) for r in rows], seed=seed, resamples=resamples)
     out["in_template_enum"] = mean_metric(
         [float(r["in_template_enum"]) for r in rows if r["in_template_enum"] is not None],
