@@ -36,7 +36,7 @@ IBF = "ibf"
 IBF_DIMENSIONS = ["hazard_recognition", "impact_reasoning", "uncertainty_handling",
                   "action_relevance", "geographic_specificity"]
 IBF_AGGREGATES = ["mean_dimension_score", "threshold_pass_rate"]
-ROW_COLUMNS = {"benchmark", "model", "case_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
+ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
                "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at"}
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 PG_MIGRATION_LOCK = 0x6669656C64  # pg_advisory_xact_lock key ("field")
@@ -563,7 +563,7 @@ class Store:
             rows_by_benchmark: ``{bench: EvalSession.sorted_rows(bench)}``; each row has ``model``,
                 ``case_id``, ``response_text``, the cost columns and its metric values.
             meta: optional ``label``, ``corpus_version`` and ``content_hash`` (a string, or a dict by
-                benchmark), ``git_commit``, ``status`` (default ``completed``), ``completed_at``
+                benchmark; the corpus version defaults to the rows' ``corpus_version`` when they share one), ``git_commit``, ``status`` (default ``completed``), ``completed_at``
                 (default now), ``totals`` (default: per-model sums of the rows), ``headline``
                 (``{bench: [metric, ...]}``, default: the benchmark module's HEADLINE).
 
@@ -593,9 +593,11 @@ class Store:
         for bench in bench_names:
             entries = bench_payload.get(bench, {})
             items = sum(_integer(e.get("items")) or 0 for e in entries.values()) if entries else None
+            row_versions = {str(r["corpus_version"]) for r in rows_by_benchmark.get(bench, []) if r.get("corpus_version")}
             bench_rows.append({
                 "run_id": run_id, "benchmark": bench,
-                "corpus_version": _per_benchmark(meta.get("corpus_version"), bench),
+                "corpus_version": _per_benchmark(meta.get("corpus_version"), bench)
+                or (row_versions.pop() if len(row_versions) == 1 else None),
                 "content_hash": _per_benchmark(meta.get("content_hash"), bench),
                 "headline": list(headlines.get(bench) or _headline(bench, entries)),
                 "total_items": items if items is not None else len(rows_by_benchmark.get(bench, [])),
@@ -624,7 +626,8 @@ class Store:
                 values = {k: v for k, v in row.items() if k not in ROW_COLUMNS}
                 record = {
                     "run_id": run_id, "benchmark": bench, "model": str(row.get("model")),
-                    "corpus_item_id": str(row.get("corpus_item_id") or row.get("case_id") or row.get("nodeid") or ""),
+                    "corpus_item_id": str(row.get("corpus_item_id") or row.get("case_id") or row.get("item_id")
+                                          or row.get("nodeid") or ""),
                     "raw_response": row.get("raw_response", row.get("response_text")),
                     "metrics": _json_ready(values),
                     "response_time_s": _number(row.get("response_time_s")),

@@ -145,6 +145,16 @@ def test_nested_ebs_metrics_are_stored_with_dotted_names(store):
     assert "relationship_counts" not in metrics
 
 
+def test_the_corpus_version_defaults_to_the_one_the_rows_share(store):
+    # IBF rows carry item_id and corpus_version (evals/test_ibf.py records them)
+    payload, rows = ibf_run(SEED_RUNS[0])
+    rows["ibf"] = [{**{k: v for k, v in r.items() if k != "case_id"}, "item_id": f"ci_{i}", "corpus_version": "ibf-v1.0"}
+                   for i, r in enumerate(rows["ibf"])]
+    store.save_run(payload, rows)
+    assert store.get_run("run_3b9e204a")["corpus_versions"] == {"ibf": "ibf-v1.0"}
+    assert store.responses("run_3b9e204a")[1]["corpus_item_id"] == "ci_1"
+
+
 def test_list_runs_filters_by_benchmark_and_corpus_version(store):
     save_seed_runs(store)
     store.save_run(*ebs_run("run_000000e1", {"gpt-4o-mini": 0.8}), {"corpus_version": {"ebs": "ebs-suite@3f2a"}})
