@@ -11,8 +11,9 @@ import llm
 from fieldeval.baselines.base import BaselineModel
 from fieldeval.baselines.ebs import EbsBaseline
 from fieldeval.baselines.ibf import IbfFloor
+from fieldeval.baselines.microbiorel import MicrobioRelBaseline
 
-BASELINES: list[type[BaselineModel]] = [EbsBaseline, IbfFloor]
+BASELINES: list[type[BaselineModel]] = [EbsBaseline, IbfFloor, MicrobioRelBaseline]
 
 
 @llm.hookimpl

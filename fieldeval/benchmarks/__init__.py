@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from fieldeval.benchmarks import ebs, ibf
+from fieldeval.benchmarks import ebs, ibf, microbiorel
 
-BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in (ebs, ibf)}
+BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in (ebs, ibf, microbiorel)}

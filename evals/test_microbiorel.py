@@ -1,0 +1,51 @@
+"""MicrobioRel (El Khettari et al. 2025): classify the relation between two entities in a microbiome paragraph.
+
+Cases: the 375 test entity pairs. Model: ``--model`` (default: the offline
+re-baseline). ``--re-mode summarize`` asks for an ``Entity1 Relation Entity2``
+sentence first; ``--re-candidates filtered`` offers only the pair's
+filtered_labels. Metrics: exact-match weighted F1 and friends, aggregated by
+the plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fieldeval import complete, completion_fields
+from fieldeval.benchmarks.microbiorel import SYSTEM_PROMPT, classify_prompt, microbiorel_context, summary_prompt
+from scorers.microbiorel import normalize_relation
+
+pytestmark = pytest.mark.fieldeval(benchmark="microbiorel", baseline="re-baseline")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    cases = microbiorel_context(metafunc.config).cases
+    metafunc.parametrize("case", cases, ids=[case.test_id for case in cases])
+
+
+def test_microbiorel(case, model, record, pytestconfig):
+    rel = microbiorel_context(pytestconfig)
+    summary = None
+    if rel.mode == "summarize":
+        summary = complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0).text
+    prompt = classify_prompt(case, classes=rel.classes_for(case), summary=summary)
+    completion = complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
+    prediction = normalize_relation(completion.text)
+    record(
+        model=model,
+        case_id=case.case_id,
+        annotation_id=case.annotation_id,
+        from_entity_name=case.source.name,
+        from_entity_label=case.source.type,
+        to_entity_name=case.target.name,
+        to_entity_label=case.target.type,
+        re_mode=rel.mode,
+        re_candidates=rel.candidates,
+        gold=case.gold,
+        summary_text=summary,
+        response_text=completion.text,
+        prediction=prediction,
+        valid=prediction is not None,
+        correct=prediction == case.gold,
+        **completion_fields(completion),
+    )
