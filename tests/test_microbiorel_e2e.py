@@ -144,5 +144,5 @@ def test_cli_rescoring_of_the_run_agrees_with_the_report(project):
 
 def test_bad_re_mode_is_a_usage_error(project):
     result = project.runpytest_subprocess("evals", "--model", "fake-re", "--re-mode", "chatty", "-p", "no:cacheprovider")
-    assert result.ret == 4 or result.ret == 2
+    assert result.ret in (2, 4)  # pytest exits 4 on its own option errors
     result.stderr.fnmatch_lines(["*--re-mode*invalid choice*"])
