@@ -137,7 +137,7 @@ def complete(
     options = model_options(model, temperature=temperature, max_tokens=max_tokens)
     use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
     cache = SETTINGS.cache if SETTINGS.cache_mode != "off" else None
-    key = cache_key(model.model_id, options, system, prompt, use_schema) if cache else ""
+    key = cache_key(model.model_id, options, system, prompt, use_schema) if cache is not None else ""
     if cache is not None and SETTINGS.cache_mode in ("use", "replay"):
         hit = cache.get(key)
         if hit is not None:

@@ -157,14 +157,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def selected_benchmarks(config: pytest.Config) -> list[str]:
-    """The benchmarks whose eval modules the command line selects (all of them for ``evals/``)."""
+    """The benchmarks whose eval modules the command line selects (every one present for ``evals/``)."""
     evals_dir = (config.rootpath / "evals").resolve()
     args = [a.split("::")[0] for a in config.args if not a.startswith("-")] or config.getini("testpaths") or ["."]
     selected: set[str] = set()
     for arg in args:
         path = (config.invocation_params.dir / arg).resolve()
         if path == evals_dir or path in evals_dir.parents:
-            selected.update(BENCHMARKS)
+            selected.update(name for name in BENCHMARKS if (evals_dir / f"test_{name}.py").is_file())
         elif evals_dir in path.parents:
             selected.update(name for name in BENCHMARKS if path.name == f"test_{name}.py")
     return sorted(selected)

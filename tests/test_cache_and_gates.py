@@ -1,0 +1,132 @@
+"""Runs that last: the response cache, cost columns and threshold gates, end to end."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+import yaml
+
+from fieldeval.cache import CachedResponse, ResponseCache, cache_key
+from tests.ebs_project import make_project, run
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    return make_project(pytester)
+
+
+def calls(project: pytest.Pytester) -> list[str]:
+    path = project.path / "calls.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_second_identical_run_makes_no_model_calls_and_same_numbers(project):
+    _, first = run(project)
+    made = len(calls(project))
+    _, second = run(project)
+    assert made == 3 and len(calls(project)) == made  # the three answered prompts are not asked again
+    assert second["evals"]["cache"] == {"mode": "use", "hits": 3, "misses": 0}
+    strip = lambda payload: {m: {k: v for k, v in e.items() if k != "totals"}
+                             for m, e in payload["evals"]["benchmarks"]["ebs"].items()}
+    assert strip(first) == strip(second)
+
+
+def test_cached_items_keep_their_original_tokens_and_cost(project):
+    project.path.joinpath("prices.yaml").write_text("fake-ebs: {input_per_mtok: 1.0, output_per_mtok: 10.0}\n")
+    _, first = run(project, "--prices", "prices.yaml")
+    _, second = run(project, "--prices", "prices.yaml")
+    totals = second["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"]
+    assert totals["prompt_tokens"] == 300 and totals["completion_tokens"] == 21
+    assert totals["est_cost_usd"] == pytest.approx(3 * (100 * 1.0 + 7 * 10.0) / 1e6)
+    assert totals["cached_items"] == 3
+    assert first["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"]["cached_items"] == 0
+    table = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text()
+    assert "\t100\t7\t0.00017\tTrue" in table
+
+
+def test_changed_prompt_misses_the_cache(project):
+    run(project)
+    suite = yaml.safe_load((project.path / "suite.yaml").read_text())
+    suite["cases"][0]["input"] += "Depth: 0.1\n"
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    _, report = run(project)
+    assert report["evals"]["cache"] == {"mode": "use", "hits": 2, "misses": 1}
+
+
+def test_replay_fails_only_the_item_without_a_cached_response(project):
+    run(project)
+    suite = yaml.safe_load((project.path / "suite.yaml").read_text())
+    suite["cases"][1]["input"] += "Depth: 2\n"
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    before = len(calls(project))
+    result, report = run(project, "--cache", "replay")
+    result.assert_outcomes(passed=2, failed=2)  # the changed case and the one that never had a response
+    result.stdout.fnmatch_lines(["*no cached response for this prompt (--cache replay)*"])
+    assert len(calls(project)) == before
+    assert report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["errors"] == 2
+
+
+def test_cache_off_always_calls_the_model(project):
+    run(project, "--cache", "off")
+    run(project, "--cache", "off")
+    assert len(calls(project)) == 6
+
+
+def test_threshold_below_the_score_passes_and_above_fails(project):
+    passing, _ = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.6")
+    failing, report = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.7")
+    assert passing.ret == 0
+    assert failing.ret == 1
+    failing.stdout.fnmatch_lines(["*FAILED gate ebs.ontology_score for fake-ebs: point value 0.65 is below the "
+                                  "threshold 0.7*"])
+    assert report["evals"]["gates"][0]["passed"] is False
+
+
+def test_gate_on_lower_uses_the_interval_bound(project):
+    result, report = run(project, "-k", "not case003", "--fail-under", "ebs.exact_match=0.2", "--gate-on", "lower")
+    assert result.ret == 1 and report["evals"]["gates"][0]["value"] == 0.0
+
+
+def test_thresholds_from_pyproject_and_markdown_summary(project):
+    project.makepyprojecttoml("[tool.fieldeval.thresholds]\n'ebs.parse_success' = 0.9\n")
+    result, _ = run(project, "-k", "not case003", "--summary-md", "summary.md")
+    assert result.ret == 1
+    summary = (project.path / "summary.md").read_text()
+    assert "| ebs.parse_success (point) | fake-ebs | 0.667 | 0.9 | **FAIL** |" in summary
+
+
+def test_unknown_gate_metric_is_one_line_exit_2(project):
+    result = project.runpytest_subprocess("evals", "--fail-under", "ebs.ontolgy_score=0.5", "--ebs-suite", "suite.yaml")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["Exit: threshold ebs.ontolgy_score: unknown metric 'ontolgy_score'*"])
+
+
+def _writer(path: str, start: int) -> None:
+    cache = ResponseCache(path)
+    for n in range(start, start + 200):
+        cache.put(cache_key("m", {}, None, f"prompt {n}", None), "m", CachedResponse(f"answer {n}", 0.1, 1, 1))
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "responses.sqlite")
+    ResponseCache(path)
+    workers = [multiprocessing.get_context("spawn").Process(target=_writer, args=(path, k * 100)) for k in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    cache = ResponseCache(path)
+    assert len(cache) == 500  # overlapping ranges 0-499 written by four processes
+    assert cache.get(cache_key("m", {}, None, "prompt 250", None)).text == "answer 250"
+
+
+def test_cache_key_covers_model_options_system_prompt_and_schema():
+    base = cache_key("m", {"temperature": 0.0}, "sys", "p", None)
+    variants = [cache_key("m2", {"temperature": 0.0}, "sys", "p", None),
+                cache_key("m", {"temperature": 0.5}, "sys", "p", None),
+                cache_key("m", {"temperature": 0.0}, "sys2", "p", None),
+                cache_key("m", {"temperature": 0.0}, "sys", "p2", None),
+                cache_key("m", {"temperature": 0.0}, "sys", "p", {"type": "object"})]
+    assert len({base, *variants}) == 6
