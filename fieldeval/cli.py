@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _extensions():
         register(sub, score_sub)
+    from fieldeval.store_cli import register_cli
+
+    register_cli(sub)
     return parser
 
 

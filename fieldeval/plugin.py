@@ -150,6 +150,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     metavar="BENCH.METRIC=VALUE", help="fail the session when a metric is below VALUE (repeatable)")
     group.addoption("--gate-on", dest="fieldeval_gate_on", default="point", choices=("point", "lower"),
                     help="gate on the point value (default) or the ci95 lower bound")
+    group.addoption("--store", dest="fieldeval_store", default=None, metavar="URL",
+                    help="run store: a SQLite path or postgresql://... URL (default: $FIELDEVAL_STORE or "
+                         "reports/fieldeval.db); 'none' stores nothing")
+    group.addoption("--run-label", dest="fieldeval_run_label", default=None, metavar="LABEL",
+                    help="human-readable tag of this run in the store")
     group.addoption("--summary-md", dest="fieldeval_summary_md", default=None, metavar="PATH",
                     help="write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)")
     for module in BENCHMARKS.values():
@@ -311,6 +316,41 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             handle.write(render_markdown(payload))
     if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _save_run(config, state, payload, session.exitstatus)
+
+
+def _git_commit(root: Path) -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _save_run(config: pytest.Config, state: EvalSession, payload: dict, exitstatus: int) -> None:
+    """Store the finished session as an immutable run (controller only)."""
+    url = config.getoption("fieldeval_store") or os.environ.get("FIELDEVAL_STORE")
+    if url is not None and url.lower() == "none":
+        return
+    from fieldeval.store import open_store
+
+    meta_by_bench = {name: getattr(BENCHMARKS[name], "run_meta", lambda _: {})(config) for name in state.rows}
+    meta = {
+        "label": config.getoption("fieldeval_run_label"),
+        "corpus_version": {b: m["corpus_version"] for b, m in meta_by_bench.items() if "corpus_version" in m},
+        "content_hash": {b: m["content_hash"] for b, m in meta_by_bench.items() if "content_hash" in m},
+        "git_commit": _git_commit(config.rootpath),
+        "status": "completed" if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) else "interrupted",
+        "completed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    default = config.rootpath / "reports" / "fieldeval.db"
+    try:
+        with open_store(url or str(default)) as store:
+            store.save_run(payload, {name: state.sorted_rows(name) for name in state.rows}, meta)
+    except UsageError as error:
+        config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -435,3 +435,9 @@ def prepare(config) -> None:
     load_suite(config.getoption("fieldeval_ebs_suite"))
     load_index(config.getoption("fieldeval_ontology"))
     load_enums(config.getoption("fieldeval_enum_dir"))
+
+
+def run_meta(config) -> dict:
+    """The suite name and content hash this run used, for the run store."""
+    suite = ebs_context(config).suite
+    return {"corpus_version": suite.name, "content_hash": f"sha256:{suite.sha256}"}

@@ -493,3 +493,14 @@ def ibf_context(config) -> IbfContext:
                                     DEFAULT_TEMPERATURE if temperature is None else temperature,
                                     DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, JUDGE_SCHEMA)
     return _contexts[key]
+
+
+def prepare(config) -> None:
+    """Load the corpus and check the judge before collection, so a mistake is one line and exit 2."""
+    ibf_context(config)
+
+
+def run_meta(config) -> dict:
+    """The corpus version and content hash this run used, for the run store."""
+    corpus = ibf_context(config).corpus
+    return {"corpus_version": corpus.version, "content_hash": f"sha256:{corpus.sha256}"}
