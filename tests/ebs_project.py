@@ -11,6 +11,9 @@ import yaml
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 
 FAKE_CONFTEST = '''
+import os
+import time
+
 import llm
 
 pytest_plugins = ["fieldeval.plugin"]
@@ -29,6 +32,8 @@ class Fake(llm.Model):
     def execute(self, prompt, stream, response, conversation):
         if "Atlantis" in prompt.prompt:
             raise RuntimeError("provider exploded")
+        while "Oregon" in prompt.prompt and os.path.exists("block"):  # a hung provider, until unblocked
+            time.sleep(0.1)
         assert prompt.system.startswith("You are an expert")
         response.set_usage(input=100, output=7)
         with open("calls.log", "a") as log:
@@ -75,10 +80,12 @@ def make_project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+ARGS = ("evals", "--model", "fake-ebs", "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
+        "--enum-dir", str(TINY_ENUMS), "--retries", "0", "-p", "no:cacheprovider")
+
+
 def run(project: pytest.Pytester, *extra: str):
     """Run the EBS evals with the fake model; returns the result and the JSON report."""
-    result = project.runpytest_subprocess(
-        "evals", "--model", "fake-ebs", "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
-        "--enum-dir", str(TINY_ENUMS), "--retries", "0", "-p", "no:cacheprovider", *extra)
+    result = project.runpytest_subprocess(*ARGS, *extra)
     report = json.loads((project.path / "reports" / "report.json").read_text())
     return result, report

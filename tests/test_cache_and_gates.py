@@ -130,3 +130,39 @@ def test_cache_key_covers_model_options_system_prompt_and_schema():
                 cache_key("m", {"temperature": 0.0}, "sys", "p2", None),
                 cache_key("m", {"temperature": 0.0}, "sys", "p", {"type": "object"})]
     assert len({base, *variants}) == 6
+
+
+def test_run_killed_half_way_resumes_from_the_cache(project):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fieldeval.store import open_store
+    from tests.ebs_project import ARGS
+
+    (project.path / "block").touch()
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS], cwd=project.path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(calls(project)) < 1 and time.monotonic() < deadline:  # case000 answered, case001 hangs
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert calls(project) == [c for c in calls(project) if "Iowa" in c] and len(calls(project)) == 1
+
+    (project.path / "block").unlink()
+    _, resumed = run(project)
+    assert [c for c in calls(project) if "Iowa" in c] == calls(project)[:1]  # Iowa was not asked again
+    assert len(calls(project)) == 3
+    assert resumed["evals"]["cache"] == {"mode": "use", "hits": 1, "misses": 2}
+    _, clean = run(project, "--cache", "off", "--store", "none")
+    strip = lambda payload: {m: {k: v for k, v in e.items() if k != "totals"}
+                             for m, e in payload["evals"]["benchmarks"]["ebs"].items()}
+    assert strip(resumed) == strip(clean)
+    with open_store(str(project.path / "reports" / "fieldeval.db")) as store:
+        runs = store.list_runs()
+        assert len(runs) == 1  # the killed session stored nothing; no duplicate rows
+        assert len(store.responses(runs[0].run_id)) == 3
