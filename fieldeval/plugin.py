@@ -193,8 +193,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for flag, dest, least in [("--bootstrap-resamples", "fieldeval_resamples", 1), ("--retries", "fieldeval_retries", 0)]:
         if config.getoption(dest) < least:
             pytest.exit(f"{flag} {config.getoption(dest)}: must be at least {least}", returncode=2)
-    _exit_on_usage_error(lambda: _configure_calls(config))
     selected = selected_benchmarks(config)
+    _exit_on_usage_error(lambda: _configure_calls(config, use_cache=bool(selected)))
     if not hasattr(config, "workerinput"):
         _exit_on_usage_error(lambda: _prepare(config, selected))
     if not hasattr(config.option, "json_report"):
@@ -210,15 +210,15 @@ def pytest_configure(config: pytest.Config) -> None:
             Path(config.option.json_report_file).parent.mkdir(parents=True, exist_ok=True)
 
 
-def _configure_calls(config: pytest.Config) -> None:
-    """Set the model-call settings of this process: retries, response cache, prices, gates."""
+def _configure_calls(config: pytest.Config, *, use_cache: bool) -> None:
+    """Set the model-call settings of this process: retries, response cache (eval runs only), prices, gates."""
     from fieldeval.cache import ResponseCache
     from fieldeval.models import SETTINGS
     from fieldeval.settings import load_prices, load_thresholds
 
     SETTINGS.retries = config.getoption("fieldeval_retries")
     SETTINGS.cache_mode = config.getoption("fieldeval_cache")
-    if SETTINGS.cache_mode != "off":
+    if SETTINGS.cache_mode != "off" and use_cache:
         path = config.getoption("fieldeval_cache_path") or config.rootpath / "reports" / "responses.sqlite"
         SETTINGS.cache = ResponseCache(Path(path))
     SETTINGS.prices = load_prices(config.rootpath, config.getoption("fieldeval_prices"))

@@ -150,7 +150,7 @@ def test_judge_model_end_to_end_counts_unscored(eval_dir):
 
 
 def test_unknown_judge_model_is_a_usage_error(eval_dir):
-    result = eval_dir.runpytest("evals", "--judge-model", "no-such-judge", "--eval-report",
+    result = eval_dir.runpytest_subprocess("evals", "--judge-model", "no-such-judge", "--eval-report",
                                 str(eval_dir.path / "r.json"))
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*--judge-model 'no-such-judge' is not a known llm model*"])
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["Exit: --judge-model 'no-such-judge' is not a known llm model*"])

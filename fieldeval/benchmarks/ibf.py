@@ -21,6 +21,7 @@ from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA, PASS_THRESHOLD, reading, run_s
 NAME = "ibf"
 # the five dimension means do not fit the terminal table beside these; summary_notes prints them below it
 HEADLINE = ["mean_dimension_score", "threshold_pass_rate"]
+METRICS = [*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate"]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CORPUS_DIR = PROJECT_ROOT / "fixtures" / "ibf"
 DEFAULT_VERSION = "ibf-v1.0"
