@@ -9,10 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
-
-from fieldeval.errors import UsageError
 
 
 def _store(args: argparse.Namespace):
@@ -228,26 +225,3 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list.set_defaults(func=_models_list)
     for parser in (r_list, r_show, r_compare, r_delete, m_add, m_list):
         _add_store(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """A ``fieldeval`` parser with only the store subcommands (for tests and ``python -m``)."""
-    from fieldeval.cli import _Parser
-
-    parser = _Parser(prog="fieldeval")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a store subcommand; returns the exit status (2 with one line on stderr for a usage error)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except UsageError as error:
-        print(f"fieldeval: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

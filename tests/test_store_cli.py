@@ -1,4 +1,4 @@
-"""``fieldeval runs ...`` and ``fieldeval models ...`` through fieldeval.store_cli."""
+"""``fieldeval runs ...`` and ``fieldeval models ...`` through the fieldeval CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fieldeval.store import open_store
-from fieldeval.store_cli import main
+from fieldeval.cli import main
 
 SEED = [("run_3b9e204a", "phi-3-mini-4k", 2.60, 0.54, [3.12, 2.47, 1.83, 2.91, 2.68]),
         ("run_9c1d88f0", "mistral-7b-instruct-v0.3", 3.21, 0.72, [3.54, 3.10, 2.88, 3.22, 3.31])]
