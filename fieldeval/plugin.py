@@ -70,7 +70,7 @@ class EvalSession:
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
         keys = {*self.rows, *(bench for bench, _ in self.errors)}
         for name in sorted(keys):
-            rows = sorted(self.rows.get(name, []), key=lambda r: r["nodeid"])
+            rows = self.sorted_rows(name)
             by_model: dict[str, list[dict]] = defaultdict(list)
             for row in rows:
                 by_model[row["model"]].append(row)
