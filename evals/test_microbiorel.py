@@ -25,9 +25,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def test_microbiorel(case, model, record, pytestconfig):
     rel = microbiorel_context(pytestconfig)
-    summary = None
+    calls, summary = [], None
     if rel.mode == "summarize":
-        summary = complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0).text
+        calls.append(complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0))
+        summary = calls[-1].text
     prompt = classify_prompt(case, classes=rel.classes_for(case), summary=summary)
     completion = complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
     prediction = normalize_relation(completion.text)
@@ -47,5 +48,5 @@ def test_microbiorel(case, model, record, pytestconfig):
         prediction=prediction,
         valid=prediction is not None,
         correct=prediction == case.gold,
-        **completion_fields(completion),
+        **completion_fields(*calls, completion),
     )

@@ -70,17 +70,23 @@ def estimate_cost(model_id: str, prompt_tokens: int | None, completion_tokens: i
                   + completion_tokens * price.get("output_per_mtok", 0.0)) / 1e6, 8)
 
 
-def completion_fields(completion: Completion) -> dict[str, Any]:
-    """The cost columns of a completion, as recorded with every eval row.
+def completion_fields(*completions: Completion) -> dict[str, Any]:
+    """The cost columns of an item, summed over the model calls it made (e.g. summary then answer).
 
-    A cached completion keeps the timing and tokens of its original call.
+    A cached completion keeps the timing and tokens of its original call; the
+    item counts as cached only when every call came from the cache.
     """
+
+    def total(values: list) -> Any:
+        return None if any(v is None for v in values) else sum(values)
+
+    costs = [estimate_cost(c.model, c.prompt_tokens, c.completion_tokens) for c in completions]
     return {
-        "response_time_s": completion.response_time_s,
-        "prompt_tokens": completion.prompt_tokens,
-        "completion_tokens": completion.completion_tokens,
-        "est_cost_usd": estimate_cost(completion.model, completion.prompt_tokens, completion.completion_tokens),
-        "cached": completion.cached,
+        "response_time_s": round(sum(c.response_time_s for c in completions), 6),
+        "prompt_tokens": total([c.prompt_tokens for c in completions]),
+        "completion_tokens": total([c.completion_tokens for c in completions]),
+        "est_cost_usd": None if any(c is None for c in costs) else round(sum(costs), 8),
+        "cached": all(c.cached for c in completions),
     }
 
 

@@ -27,8 +27,8 @@ def render_summary(payload: dict, *, width: int = 140) -> str:
         module = BENCHMARKS[name]
         table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
         table.add_column("model", no_wrap=True)
-        table.add_column("items", justify="right")
-        table.add_column("errors", justify="right")
+        table.add_column("items", justify="right", no_wrap=True, min_width=5)
+        table.add_column("errors", justify="right", no_wrap=True, min_width=6)
         for metric in module.HEADLINE:
             table.add_column(metric, justify="right", no_wrap=True)
         for model, entry in models.items():

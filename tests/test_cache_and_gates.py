@@ -166,3 +166,16 @@ def test_run_killed_half_way_resumes_from_the_cache(project):
         runs = store.list_runs()
         assert len(runs) == 1  # the killed session stored nothing; no duplicate rows
         assert len(store.responses(runs[0].run_id)) == 3
+
+
+def test_item_cost_sums_every_call_of_the_item():
+    from fieldeval.models import SETTINGS, Completion, completion_fields
+
+    SETTINGS.prices["m"] = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+    try:
+        fields = completion_fields(Completion("m", "summary", 0.5, 10, 5, cached=True),
+                                   Completion("m", "answer", 0.25, 20, 1))
+    finally:
+        del SETTINGS.prices["m"]
+    assert fields == {"response_time_s": 0.75, "prompt_tokens": 30, "completion_tokens": 6,
+                      "est_cost_usd": (30 * 1.0 + 6 * 2.0) / 1e6, "cached": False}
