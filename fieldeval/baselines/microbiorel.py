@@ -13,9 +13,11 @@ summarisation step) gets the sentence ``Entity1 class Entity2``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -133,25 +135,41 @@ def model_path() -> Path:
 
 @lru_cache(maxsize=1)
 def load_model():
-    """The fitted classifier: from the cache, or trained once and cached with an atomic write."""
+    """The fitted classifier: from the disk cache, or trained once and cached atomically (memoised).
+
+    Concurrent processes (xdist workers, parallel ``llm`` calls) wait on a file
+    lock while one of them trains, then read its result.
+    """
     path = model_path()
-    if path.is_file():
-        try:
-            with open(path, "rb") as handle:
-                return pickle.load(handle)["model"]
-        except (OSError, pickle.UnpicklingError, EOFError, KeyError, AttributeError):
-            pass  # a damaged cache entry is rebuilt below
-    model, info = train()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump({"model": model, **info}, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        model = _read_model(path)
+        if model is None:
+            print("re-baseline: training on the MicrobioRel train split (first run only; about 2 minutes)...",
+                  file=sys.stderr, flush=True)
+            model, info = train()
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    pickle.dump({"model": model, **info}, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            print(f"re-baseline: trained (dev weighted F1 {info.get('dev_weighted_f1', float('nan')):.3f}), "
+                  f"cached at {path}", file=sys.stderr, flush=True)
     return model
+
+
+def _read_model(path: Path):
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return pickle.load(handle)["model"]
+    except (OSError, pickle.UnpicklingError, EOFError, KeyError, AttributeError):
+        return None  # a damaged cache entry is rebuilt
 
 
 def classify(pair: PairInput) -> str:
