@@ -359,3 +359,12 @@ def register_cli(sub, score_sub) -> None:
     parser.add_argument("--model", metavar="MODEL", help="score only this model's rows (needed when there are several)")
     parser.set_defaults(func=_score_re)
 
+
+
+def run_meta(config) -> dict:
+    """The test split's pinned version and content hash, for the run store."""
+    from fieldeval.data import REGISTRY
+
+    entry = REGISTRY[SPLIT_FILES["test"]]
+    commit = entry.url.split("/MicrobioRel/")[1].split("/")[0][:7]
+    return {"corpus_version": f"microbiorel-test@{commit}", "content_hash": f"sha256:{entry.sha256}"}
