@@ -57,13 +57,14 @@ def statistic_metric(
 
     ``statistic`` receives a ``(k, n, ...)`` array of ``k`` samples (the data
     itself as ``k = 1``, then every resample at once) and returns ``k`` values.
+    A resample on which the statistic is undefined (NaN) is left out of the interval.
     """
     n = len(data)
     if n == 0:
         return metric(None, [None, None], 0)
     point = float(statistic(data[np.newaxis, ...])[0])
     boot = statistic(data[resample_indices(n, resamples=resamples, seed=seed)])
-    lo, hi = np.percentile(boot, [2.5, 97.5])
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     return metric(_round(point), [_round(lo), _round(hi)], n)
 
 

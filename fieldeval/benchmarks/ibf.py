@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fieldeval.errors import UsageError
-from fieldeval.stats import mean_metric, metric, resample_indices
+from fieldeval.stats import mean_metric, statistic_metric
 from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA, PASS_THRESHOLD, reading, run_scores
 
 NAME = "ibf"
@@ -250,14 +250,7 @@ def _mds_of(samples: np.ndarray) -> np.ndarray:
 def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
     """MDS with a seeded bootstrap ci95 that resamples items (items with no score at all are left out)."""
     data = score_matrix(rows)
-    data = data[~np.isnan(data).all(axis=1)]
-    n = len(data)
-    if n == 0:
-        return metric(None, [None, None], 0)
-    point = float(_mds_of(data[np.newaxis, ...])[0])
-    boot = _mds_of(data[resample_indices(n, resamples=resamples, seed=seed)])
-    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
-    return metric(round(point, 6), [round(float(lo), 6), round(float(hi), 6)], n)
+    return statistic_metric(data[~np.isnan(data).all(axis=1)], _mds_of, seed=seed, resamples=resamples)
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
