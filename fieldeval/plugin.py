@@ -361,7 +361,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     from fieldeval.summary import render_summary
 
     payload = state.payload()
-    for line in render_summary(payload, width=max(terminalreporter._tw.fullwidth, 120)).splitlines():
+    for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
     for gate in payload["gates"]:
         if not gate["passed"]:

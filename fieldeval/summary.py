@@ -15,8 +15,11 @@ def format_metric(entry: dict | None) -> str:
     return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
 
 
-def render_summary(payload: dict, *, width: int = 140) -> str:
-    """One rich table per benchmark: models as rows, headline metrics with ci95 as columns."""
+def render_summary(payload: dict, *, width: int = 200) -> str:
+    """One rich table per benchmark: headline metrics as rows, one column per model, value (ci95).
+
+    Tables take their natural width (never truncated); ``width`` only caps it.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -26,14 +29,13 @@ def render_summary(payload: dict, *, width: int = 140) -> str:
     for name, models in payload["benchmarks"].items():
         module = BENCHMARKS[name]
         table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
-        table.add_column("model", no_wrap=True)
-        table.add_column("items", justify="right", no_wrap=True, min_width=5)
-        table.add_column("errors", justify="right", no_wrap=True, min_width=6)
+        table.add_column("metric", no_wrap=True)
+        for model in models:
+            table.add_column(model, justify="right", no_wrap=True)
+        table.add_row("items", *(str(entry["items"]) for entry in models.values()))
+        table.add_row("errors", *(str(entry["errors"]) for entry in models.values()), end_section=True)
         for metric in module.HEADLINE:
-            table.add_column(metric, justify="right", no_wrap=True)
-        for model, entry in models.items():
-            table.add_row(model, str(entry["items"]), str(entry["errors"]),
-                          *(format_metric(entry.get(metric)) for metric in module.HEADLINE))
+            table.add_row(metric, *(format_metric(entry.get(metric)) for entry in models.values()))
         console.print(table)
         for line in getattr(module, "summary_notes", lambda _: [])(models):
             console.print(line)

@@ -40,7 +40,8 @@ def test_scored_table_and_summary_are_written(project):
     table = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text().splitlines()
     assert table[0].startswith("model\tcase_id\tstratum\tsampleData\tcase_ideal\tresponse_text\tparse_success")
     assert len(table) == 4
-    result.stdout.fnmatch_lines(["*ebs: value (ci95 lo-hi)*", "*fake-ebs*4*1*0.650*"])
+    result.stdout.fnmatch_lines(["*ebs: value (ci95 lo-hi)*", "*metric*fake-ebs*", "*items*4*", "*errors*1*",
+                                 "*ontology_score*0.650 (0.000-1.000)*"])
 
 
 def test_same_numbers_with_and_without_xdist(project):

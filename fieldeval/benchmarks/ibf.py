@@ -19,9 +19,8 @@ from fieldeval.stats import mean_metric, statistic_metric
 from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA, PASS_THRESHOLD, reading, run_scores
 
 NAME = "ibf"
-# the five dimension means do not fit the terminal table beside these; summary_notes prints them below it
-HEADLINE = ["mean_dimension_score", "threshold_pass_rate"]
-METRICS = [*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate"]
+HEADLINE = [*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate"]
+METRICS = HEADLINE
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CORPUS_DIR = PROJECT_ROOT / "fixtures" / "ibf"
 DEFAULT_VERSION = "ibf-v1.0"
@@ -283,13 +282,6 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     return out
 
 
-def _format_metric(entry: dict | None) -> str:
-    if not entry or entry.get("value") is None:
-        return "-"
-    lo, hi = entry["ci95"]
-    return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
-
-
 def summary_notes(models: dict) -> list[str]:
     """The seed's reading bands under the terminal table, one line per model."""
     lines = []
@@ -306,8 +298,6 @@ def summary_notes(models: dict) -> list[str]:
         if unscored:
             line += f"; {unscored} item(s) not fully scored, left out of TPR"
         lines.append(line)
-        for dim in DIMENSIONS:
-            lines.append(f"  {dim:24s} {_format_metric(entry.get(dim))}")
         means = {d: (entry.get(d) or {}).get("value") for d in DIMENSIONS}
         if all(v is not None for v in means.values()) and min(means, key=means.get) == "uncertainty_handling":
             lines.append(f"ibf {model}: uncertainty_handling is the lowest dimension: overconfident generation")
