@@ -27,7 +27,7 @@ def _score_ebs(args: argparse.Namespace) -> int:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise UsageError(f"RESULTS_TSV {path}: not a readable TSV ({error}); pass a tab-separated results table") from None
     enums = ebs.load_enums(Path(args.enum_dir) if args.enum_dir else None)
-    ebs.score_results(df.head(0), index=None, enums=enums)  # column check before loading the ontology
+    ebs.check_results_columns(df.columns)  # before the (slower) ontology load
     index = load_index(args.ontology)
     scored = ebs.score_results(df, index=index, enums=enums)
     outdir = Path(args.outdir) if args.outdir else path.parent

@@ -214,15 +214,16 @@ def _configure_calls(config: pytest.Config, *, use_cache: bool) -> None:
     """Set the model-call settings of this process: retries, response cache (eval runs only), prices, gates."""
     from fieldeval.cache import ResponseCache
     from fieldeval.models import SETTINGS
-    from fieldeval.settings import load_prices, load_thresholds
+    from fieldeval.settings import load_prices, load_thresholds, tool_settings
 
     SETTINGS.retries = config.getoption("fieldeval_retries")
     SETTINGS.cache_mode = config.getoption("fieldeval_cache")
     if SETTINGS.cache_mode != "off" and use_cache:
         path = config.getoption("fieldeval_cache_path") or config.rootpath / "reports" / "responses.sqlite"
         SETTINGS.cache = ResponseCache(Path(path))
-    SETTINGS.prices = load_prices(config.rootpath, config.getoption("fieldeval_prices"))
-    gates = load_thresholds(config.rootpath, config.getoption("fieldeval_fail_under"))
+    tool = tool_settings(config.rootpath)  # pyproject.toml is read once
+    SETTINGS.prices = load_prices(tool, config.getoption("fieldeval_prices"))
+    gates = load_thresholds(tool, config.getoption("fieldeval_fail_under"))
     for bench, metric, _ in gates:
         if bench not in BENCHMARKS:
             raise UsageError(f"threshold {bench}.{metric}: unknown benchmark {bench!r}; "

@@ -43,10 +43,10 @@ def _check_prices(table: dict, origin: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def load_prices(rootpath: Path, extra_file: str | None = None) -> dict[str, dict[str, float]]:
-    """Built-in prices, overridden by pyproject's ``[tool.fieldeval.prices]``, then by a YAML file."""
+def load_prices(tool: dict, extra_file: str | None = None) -> dict[str, dict[str, float]]:
+    """Built-in prices, overridden by ``[tool.fieldeval.prices]`` (of ``tool``), then by a YAML file."""
     prices = dict(DEFAULT_PRICES)
-    prices.update(_check_prices(tool_settings(rootpath).get("prices", {}), "[tool.fieldeval.prices]"))
+    prices.update(_check_prices(tool.get("prices", {}), "[tool.fieldeval.prices]"))
     if extra_file:
         path = Path(extra_file)
         if not path.is_file():
@@ -74,10 +74,10 @@ def parse_threshold(text: str, origin: str = "--fail-under") -> tuple[str, str, 
     return bench, metric, number
 
 
-def load_thresholds(rootpath: Path, cli: list[str]) -> list[tuple[str, str, float]]:
-    """Thresholds from ``[tool.fieldeval.thresholds]`` then ``--fail-under`` (the latter win per metric)."""
+def load_thresholds(tool: dict, cli: list[str]) -> list[tuple[str, str, float]]:
+    """Thresholds from ``[tool.fieldeval.thresholds]`` (of ``tool``) then ``--fail-under`` (the latter win)."""
     gates: dict[tuple[str, str], float] = {}
-    for name, value in tool_settings(rootpath).get("thresholds", {}).items():
+    for name, value in tool.get("thresholds", {}).items():
         bench, metric, number = parse_threshold(f"{name}={value}", "[tool.fieldeval.thresholds]")
         gates[(bench, metric)] = number
     for text in cli:

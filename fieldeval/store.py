@@ -28,13 +28,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection, Engine
 
 from fieldeval.errors import UsageError
+from scorers.ibf import DIMENSIONS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STORE_PATH = PROJECT_ROOT / "reports" / "fieldeval.db"
 STORE_ENV = "FIELDEVAL_STORE"
 IBF = "ibf"
-IBF_DIMENSIONS = ["hazard_recognition", "impact_reasoning", "uncertainty_handling",
-                  "action_relevance", "geographic_specificity"]
+IBF_DIMENSIONS = list(DIMENSIONS)
 IBF_AGGREGATES = ["mean_dimension_score", "threshold_pass_rate"]
 ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
                "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at"}
@@ -377,9 +377,7 @@ def _per_benchmark(value: str | Mapping[str, str] | None, benchmark: str) -> str
 
 
 def _headline(benchmark: str, entry_models: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The benchmark's headline metrics: its module's HEADLINE, the seed's IBF names, or every metric."""
-    if benchmark == IBF:
-        return IBF_DIMENSIONS + IBF_AGGREGATES
+    """The benchmark's headline metrics: its module's HEADLINE, or every metric of the run."""
     try:
         from fieldeval.benchmarks import BENCHMARKS
 

@@ -292,17 +292,21 @@ def template_of(row: dict) -> str:
     return match.group(1) if match else ""
 
 
-def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]]):
-    """Add the scored columns (and empty cost columns where absent) to an llm-matrix results table."""
-    import pandas as pd
-
-    required = ["model", "case_ideal", "response_text"]
-    missing = [c for c in required if c not in df.columns]
-    if "sampleData" not in df.columns and "case_original_input" not in df.columns:
+def check_results_columns(columns) -> None:
+    """Raise a one-line usage error when an llm-matrix results table lacks a column scoring needs."""
+    missing = [c for c in ["model", "case_ideal", "response_text"] if c not in columns]
+    if "sampleData" not in columns and "case_original_input" not in columns:
         missing.append("sampleData or case_original_input")
     if missing:
         raise UsageError(f"results table is missing column(s): {', '.join(missing)}; "
                          "expected an llm-matrix results.tsv")
+
+
+def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]]):
+    """Add the scored columns (and empty cost columns where absent) to an llm-matrix results table."""
+    import pandas as pd
+
+    check_results_columns(df.columns)
     records = df.to_dict("records")
     scored = pd.DataFrame(
         [score_row(_text(r["response_text"]), _text(r["case_ideal"]), template_of(r), index=index, enums=enums)
