@@ -36,7 +36,7 @@ class EvalSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.run_id = "run_" + secrets.token_hex(4)
+        self.run_id = config.getoption("fieldeval_run_id") or "run_" + secrets.token_hex(4)
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -155,6 +155,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "reports/fieldeval.db); 'none' stores nothing")
     group.addoption("--run-label", dest="fieldeval_run_label", default=None, metavar="LABEL",
                     help="human-readable tag of this run in the store")
+    group.addoption("--run-id", dest="fieldeval_run_id", default=None, metavar="RUN_ID",
+                    help="id of the stored run (default: run_ and 8 random hex digits)")
+    group.addoption("--progress-file", dest="fieldeval_progress_file", default=None, metavar="PATH",
+                    help="keep a JSON file of items done, errored and planned up to date while the run goes")
     group.addoption("--summary-md", dest="fieldeval_summary_md", default=None, metavar="PATH",
                     help="write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)")
     for module in BENCHMARKS.values():

@@ -1,0 +1,182 @@
+"""The one face every benchmark shows the engine: :class:`Benchmark`.
+
+A benchmark is a package that builds a :class:`Benchmark` and registers it
+under the ``fieldeval.benchmarks`` entry-point group; the three built-in ones
+(``ebs``, ``microbiorel``, ``ibf``) register there too. The engine never
+probes a module for optional names: every member is declared here, with its
+default.
+
+The data flow through a benchmark::
+
+    options (parsed once) -> load() -> context -> cases(context) -> pytest items
+    item: client.complete() -> scorer -> record(row)
+    rows -> aggregate() -> report, store (run_meta, store_columns) -> write_outputs(), summary_notes()
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from fieldeval.errors import UsageError
+
+ENTRY_POINT_GROUP = "fieldeval.benchmarks"
+
+Context = TypeVar("Context")
+
+
+class Case(Protocol):
+    """What a case must offer the engine: a readable pytest id."""
+
+    @property
+    def test_id(self) -> str:
+        """The id pytest shows for the case, e.g. ``forest_biome-case017``."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a benchmark reports and a threshold may gate on.
+
+    Attributes:
+        name: the report key, e.g. ``ontology_score``.
+        low: the smallest value the metric takes (a threshold below it is a usage error).
+        high: the largest value it takes.
+        headline: shown in the terminal and Markdown tables.
+    """
+
+    name: str
+    low: float = 0.0
+    high: float = 1.0
+    headline: bool = True
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What the store keeps about the data a run used.
+
+    Attributes:
+        corpus_version: the suite, corpus or split tag, e.g. ``ibf-v1.0``.
+        content_hash: ``sha256:<hex>`` of the data the cases came from.
+    """
+
+    corpus_version: str | None = None
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreColumns:
+    """Benchmark-specific columns the run store fills beside its generic ones.
+
+    Attributes:
+        run: aggregate metrics copied into columns of ``evaluations`` (point values), e.g. the
+            IBF seed's ``mean_dimension_score``; only for a run that holds this benchmark alone.
+        response: row keys copied into integer columns of ``evaluation_responses``.
+        item_id: the row key that names the corpus item (``case_id`` when absent).
+    """
+
+    run: tuple[str, ...] = ()
+    response: tuple[str, ...] = ()
+    item_id: str = "case_id"
+
+
+def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,
+           shared: bool = False) -> Any:
+    """Field metadata for a benchmark option: ``ontology: str | None = option("--ontology", help=...)``.
+
+    The field's type (int, float, str) and default become the option's; ``shared``
+    marks a flag more than one benchmark declares (e.g. ``--corpus-version``).
+    """
+    return {"flag": flag, "help": help, "metavar": metavar, "choices": tuple(choices) if choices else None,
+            "shared": shared}
+
+
+def _no_notes(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return []
+
+
+def _no_meta(context: Any) -> RunMeta:
+    return RunMeta()
+
+
+@dataclass(frozen=True)
+class Benchmark(Generic[Context]):
+    """A benchmark as the engine sees it.
+
+    Attributes:
+        name: short name used in reports, thresholds and ``evals/test_<name>.py``, e.g. ``ebs``.
+        title: one line for ``pytest --help`` and listings.
+        metrics: the metrics ``aggregate`` reports; thresholds may gate on these.
+        baseline: the offline llm model id items run against when no ``--model`` is given.
+        options: a frozen dataclass whose fields carry :func:`option` metadata; the plugin
+            adds each as a pytest option and builds one instance per session.
+        load: options -> context: read and check the cases and data once per process;
+            raises :class:`UsageError` for a user mistake.
+        cases: context -> the cases, in a stable order; each becomes one item per model.
+        aggregate: ``(rows, seed=, resamples=)`` -> the model's report entry.
+        write_outputs: ``(rows, folder)`` -> the scored tables written under ``folder``.
+        summary_notes: models' report entries -> lines printed under the terminal table.
+        register_cli: ``(score_subparsers, subparsers)`` -> adds ``fieldeval score <name>`` etc.
+        run_meta: context -> the corpus version and content hash the store keeps.
+        store_columns: columns of the store's tables this benchmark fills.
+        warm: ``(options, models)`` -> one-off work before collection on the controller
+            (e.g. training an offline baseline once rather than once per xdist worker).
+    """
+
+    name: str
+    title: str
+    metrics: tuple[Metric, ...]
+    baseline: str
+    options: type
+    load: Callable[[Any], Context]
+    cases: Callable[[Context], Sequence[Case]]
+    aggregate: Callable[..., dict]
+    write_outputs: Callable[[list[dict], Path], list[Path]]
+    summary_notes: Callable[[Mapping[str, Mapping[str, Any]]], list[str]] = _no_notes
+    register_cli: Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None] | None = None
+    run_meta: Callable[[Context], RunMeta] = _no_meta
+    store_columns: StoreColumns = field(default_factory=StoreColumns)
+    warm: Callable[[Any, Sequence[str]], None] | None = None
+
+    @property
+    def headline(self) -> list[str]:
+        """The metrics shown in the summary tables."""
+        return [m.name for m in self.metrics if m.headline]
+
+    def metric(self, name: str) -> Metric:
+        """The declared metric ``name``; a usage error naming the choices when there is none."""
+        for candidate in self.metrics:
+            if candidate.name == name:
+                return candidate
+        raise UsageError(f"threshold {self.name}.{name}: unknown metric {name!r}; "
+                         f"choose from {', '.join(m.name for m in self.metrics)}")
+
+    def option_fields(self) -> list[dataclasses.Field]:
+        """The fields of the options dataclass, each with its :func:`option` metadata."""
+        return [f for f in dataclasses.fields(self.options) if "flag" in f.metadata]
+
+
+@lru_cache(maxsize=1)
+def benchmarks() -> dict[str, Benchmark]:
+    """Every installed benchmark by name, from the ``fieldeval.benchmarks`` entry points."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Benchmark] = {}
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        bench = point.load()
+        if not isinstance(bench, Benchmark):
+            raise TypeError(f"entry point {point.name} = {point.value} is not a fieldeval Benchmark")
+        found.setdefault(bench.name, bench)
+    return found
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """The installed benchmark ``name``; a usage error naming the installed ones when absent."""
+    known = benchmarks()
+    if name not in known:
+        raise UsageError(f"benchmark {name!r} is not installed; choose from {', '.join(sorted(known))}")
+    return known[name]
