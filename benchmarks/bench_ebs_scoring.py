@@ -15,7 +15,8 @@ import sys
 import time
 from collections import deque
 
-from fieldeval.benchmarks.ebs import load_enums, load_suite
+from fieldeval.benchmarks.ebs.enums import load_enums
+from fieldeval.benchmarks.ebs.suite import load_suite
 from fieldeval.ontology import default_selector, load_index
 from scorers.ebs import hierarchy_score, enum_score, parse_label_curie, score_ebs
 

@@ -11,22 +11,15 @@ import dataclasses
 
 import pytest
 
-from fieldeval import complete, completion_fields
-from fieldeval.benchmarks.ebs import ebs_context
+from fieldeval import completion_fields
 from scorers.ebs import score_ebs
 
-pytestmark = pytest.mark.fieldeval(benchmark="ebs", baseline="ebs-baseline")
+pytestmark = pytest.mark.fieldeval(benchmark="ebs")
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    cases = ebs_context(metafunc.config).suite.cases
-    metafunc.parametrize("case", cases, ids=[case.test_id for case in cases])
-
-
-def test_ebs(case, model, record, pytestconfig):
-    ebs = ebs_context(pytestconfig)
-    completion = complete(model, case.prompt, system=ebs.suite.system, temperature=0.0)
-    score = score_ebs(completion.text, case.ideal, index=ebs.index, allowed=ebs.enums.get(case.template))
+def test_ebs(case, model, context, client, record):
+    completion = client.complete(model, case.prompt, system=context.suite.system, temperature=0.0)
+    score = score_ebs(completion.text, case.ideal, index=context.index, allowed=context.enums.get(case.template))
     record(
         model=model,
         case_id=case.case_id,
@@ -34,7 +27,7 @@ def test_ebs(case, model, record, pytestconfig):
         sampleData=case.template,
         case_ideal=case.ideal,
         response_text=completion.text,
-        ontology_version=ebs.index.version,
+        ontology_version=context.index.version,
         **dataclasses.asdict(score),
         **completion_fields(completion),
     )

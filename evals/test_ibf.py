@@ -10,36 +10,30 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval import complete, completion_fields
-from fieldeval.benchmarks.ibf import JUDGE_SYSTEM, SYSTEM_PROMPT, ibf_context, judge_prompt, render_prompt
+from fieldeval import completion_fields
+from fieldeval.benchmarks.ibf.prompts import JUDGE_SYSTEM, SYSTEM_PROMPT, judge_prompt, render_prompt
 from scorers.ibf import parse_judgement, score_reference
 
-pytestmark = pytest.mark.fieldeval(benchmark="ibf", baseline="ibf-floor")
+pytestmark = pytest.mark.fieldeval(benchmark="ibf")
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    items = ibf_context(metafunc.config).corpus.items
-    metafunc.parametrize("item", items, ids=[item.test_id for item in items])
-
-
-def test_ibf(item, model, record, pytestconfig):
-    ibf = ibf_context(pytestconfig)
-    completion = complete(model, render_prompt(item), system=SYSTEM_PROMPT,
-                          temperature=ibf.temperature, max_tokens=ibf.max_tokens)
+def test_ibf(case, model, context, client, record):
+    completion = client.complete(model, render_prompt(case), system=SYSTEM_PROMPT,
+                                 temperature=context.temperature, max_tokens=context.max_tokens)
     judge_response = None
-    if ibf.judge_model:
-        verdict = complete(ibf.judge_model, judge_prompt(item, completion.text), system=JUDGE_SYSTEM,
-                           temperature=0.0, schema=ibf.judge_schema)
+    if context.judge_model:
+        verdict = client.complete(context.judge_model, judge_prompt(case, completion.text), system=JUDGE_SYSTEM,
+                                  temperature=0.0, schema=context.judge_schema)
         judge_response = verdict.text
-        score = parse_judgement(verdict.text, scorer=f"judge:{ibf.judge_model}")
+        score = parse_judgement(verdict.text, scorer=f"judge:{context.judge_model}")
     else:
-        score = score_reference(completion.text, item.references.model_dump())
+        score = score_reference(completion.text, case.references.model_dump())
     record(
         model=model,
-        item_id=item.id,
-        hazard=item.hazard,
-        region=item.region,
-        corpus_version=item.corpus_version,
+        item_id=case.id,
+        hazard=case.hazard,
+        region=case.region,
+        corpus_version=case.corpus_version,
         response_text=completion.text,
         judge_response=judge_response,
         **score.as_dict(),

@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval import complete, completion_fields
-from fieldeval.benchmarks.microbiorel import SYSTEM_PROMPT, classify_prompt, microbiorel_context, summary_prompt
+from fieldeval import completion_fields
+from fieldeval.benchmarks.microbiorel.prompts import SYSTEM_PROMPT, classify_prompt, summary_prompt
 from scorers.microbiorel import normalize_relation
 
-pytestmark = pytest.mark.fieldeval(benchmark="microbiorel", baseline="re-baseline")
+pytestmark = pytest.mark.fieldeval(benchmark="microbiorel")
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    cases = microbiorel_context(metafunc.config).cases
-    metafunc.parametrize("case", cases, ids=[case.test_id for case in cases])
-
-
-def test_microbiorel(case, model, record, pytestconfig):
-    rel = microbiorel_context(pytestconfig)
+def test_microbiorel(case, model, context, client, record):
     calls, summary = [], None
-    if rel.mode == "summarize":
-        calls.append(complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0))
+    if context.mode == "summarize":
+        calls.append(client.complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0))
         summary = calls[-1].text
-    prompt = classify_prompt(case, classes=rel.classes_for(case), summary=summary)
-    completion = complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
+    prompt = classify_prompt(case, classes=context.classes_for(case), summary=summary)
+    completion = client.complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
     prediction = normalize_relation(completion.text)
     record(
         model=model,
@@ -40,8 +34,8 @@ def test_microbiorel(case, model, record, pytestconfig):
         from_entity_label=case.source.type,
         to_entity_name=case.target.name,
         to_entity_label=case.target.type,
-        re_mode=rel.mode,
-        re_candidates=rel.candidates,
+        re_mode=context.mode,
+        re_candidates=context.candidates,
         gold=case.gold,
         summary_text=summary,
         response_text=completion.text,

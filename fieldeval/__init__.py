@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from fieldeval.benchmark import Benchmark, CliGroups, Metric, RunMeta, StoreColumns, get_benchmark, option
+from fieldeval.client import Completion, ModelClient, complete, completion_fields
 from fieldeval.errors import UsageError
-from fieldeval.models import Completion, ModelCallError, complete, completion_fields
+from fieldeval.failures import ModelCallError
 
-__all__ = ["Completion", "ModelCallError", "UsageError", "complete", "completion_fields"]
+__all__ = [
+    "Benchmark",
+    "CliGroups",
+    "Completion",
+    "Metric",
+    "ModelCallError",
+    "ModelClient",
+    "RunMeta",
+    "StoreColumns",
+    "UsageError",
+    "complete",
+    "completion_fields",
+    "get_benchmark",
+    "option",
+]

@@ -39,6 +39,15 @@ class Case(Protocol):
 
 
 @dataclass(frozen=True)
+class CliGroups:
+    """Where a benchmark adds its commands: ``fieldeval score <name>``, ``fieldeval generate <name>``, or top level."""
+
+    score: argparse._SubParsersAction
+    generate: argparse._SubParsersAction
+    top: argparse._SubParsersAction
+
+
+@dataclass(frozen=True)
 class Metric:
     """A metric a benchmark reports and a threshold may gate on.
 
@@ -85,14 +94,16 @@ class StoreColumns:
 
 
 def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,
-           shared: bool = False) -> Any:
+           type: type | None = None, shared: bool = False) -> Any:
     """Field metadata for a benchmark option: ``ontology: str | None = option("--ontology", help=...)``.
 
-    The field's type (int, float, str) and default become the option's; ``shared``
-    marks a flag more than one benchmark declares (e.g. ``--corpus-version``).
+    The default becomes the option's, and its type (int, float, str) too unless
+    ``type`` is given (for a None default); a tuple default makes the option
+    repeatable. ``shared`` marks a flag more than one benchmark declares
+    (e.g. ``--corpus-version``): the first declaration holds the value for all.
     """
     return {"flag": flag, "help": help, "metavar": metavar, "choices": tuple(choices) if choices else None,
-            "shared": shared}
+            "type": type, "shared": shared}
 
 
 def _no_notes(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -120,7 +131,7 @@ class Benchmark(Generic[Context]):
         aggregate: ``(rows, seed=, resamples=)`` -> the model's report entry.
         write_outputs: ``(rows, folder)`` -> the scored tables written under ``folder``.
         summary_notes: models' report entries -> lines printed under the terminal table.
-        register_cli: ``(score_subparsers, subparsers)`` -> adds ``fieldeval score <name>`` etc.
+        register_cli: :class:`CliGroups` -> adds the benchmark's commands, e.g. ``fieldeval score <name>``.
         run_meta: context -> the corpus version and content hash the store keeps.
         store_columns: columns of the store's tables this benchmark fills.
         warm: ``(options, models)`` -> one-off work before collection on the controller
@@ -137,7 +148,7 @@ class Benchmark(Generic[Context]):
     aggregate: Callable[..., dict]
     write_outputs: Callable[[list[dict], Path], list[Path]]
     summary_notes: Callable[[Mapping[str, Mapping[str, Any]]], list[str]] = _no_notes
-    register_cli: Callable[[argparse._SubParsersAction, argparse._SubParsersAction], None] | None = None
+    register_cli: Callable[[CliGroups], None] | None = None
     run_meta: Callable[[Context], RunMeta] = _no_meta
     store_columns: StoreColumns = field(default_factory=StoreColumns)
     warm: Callable[[Any, Sequence[str]], None] | None = None

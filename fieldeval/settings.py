@@ -1,13 +1,16 @@
-"""Project settings from ``[tool.fieldeval]`` in pyproject.toml: prices and thresholds."""
+"""Project settings from ``[tool.fieldeval]`` in pyproject.toml: prices, thresholds and per-model limits."""
 
 from __future__ import annotations
 
+import math
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from fieldeval.errors import UsageError
+from fieldeval.limits import ModelLimits
 
 # USD per million tokens; extend or override under [tool.fieldeval.prices] or with --prices FILE.
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
@@ -61,8 +64,25 @@ def load_prices(tool: dict, extra_file: str | None = None) -> dict[str, dict[str
     return prices
 
 
-def parse_threshold(text: str, origin: str = "--fail-under") -> tuple[str, str, float]:
-    """``BENCH.METRIC=VALUE`` -> (bench, metric, value)."""
+@dataclass(frozen=True)
+class Gate:
+    """A threshold: the session fails when ``bench.metric`` of a model is below ``threshold``.
+
+    Attributes:
+        bench: benchmark name.
+        metric: metric name.
+        threshold: the floor.
+        model: the one model it applies to (None: every model).
+    """
+
+    bench: str
+    metric: str
+    threshold: float
+    model: str | None = None
+
+
+def parse_threshold(text: str, origin: str = "--fail-under", *, model: str | None = None) -> Gate:
+    """``BENCH.METRIC=VALUE`` -> a :class:`Gate`; the value must be a finite number."""
     name, sep, value = text.partition("=")
     bench, dot, metric = name.strip().partition(".")
     try:
@@ -71,16 +91,45 @@ def parse_threshold(text: str, origin: str = "--fail-under") -> tuple[str, str, 
         number = None
     if not sep or not dot or not bench or not metric or number is None:
         raise UsageError(f"{origin} {text!r}: expected BENCH.METRIC=VALUE, e.g. ebs.ontology_score=0.7")
-    return bench, metric, number
+    if not math.isfinite(number):
+        raise UsageError(f"{origin} {text!r}: the threshold must be a finite number, e.g. ebs.ontology_score=0.7")
+    return Gate(bench, metric.strip(), number, model)
 
 
-def load_thresholds(tool: dict, cli: list[str]) -> list[tuple[str, str, float]]:
-    """Thresholds from ``[tool.fieldeval.thresholds]`` (of ``tool``) then ``--fail-under`` (the latter win)."""
-    gates: dict[tuple[str, str], float] = {}
-    for name, value in tool.get("thresholds", {}).items():
-        bench, metric, number = parse_threshold(f"{name}={value}", "[tool.fieldeval.thresholds]")
-        gates[(bench, metric)] = number
+def load_thresholds(tool: dict, cli: list[str] | tuple[str, ...]) -> list[Gate]:
+    """Gates from ``[tool.fieldeval.thresholds]`` (of ``tool``), its per-model tables, then ``--fail-under``.
+
+    A key ``"BENCH.METRIC" = VALUE`` gates every model; a table
+    ``[tool.fieldeval.thresholds."MODEL"]`` gates that model only. ``--fail-under``
+    gates every model and wins over the file for the same metric.
+    """
+    gates: dict[tuple[str, str, str | None], Gate] = {}
+    table = tool.get("thresholds", {})
+    if not isinstance(table, dict):
+        raise UsageError("[tool.fieldeval.thresholds]: expected a table of \"BENCH.METRIC\" = VALUE")
+    for name, value in table.items():
+        if isinstance(value, dict):
+            for metric, number in value.items():
+                gate = parse_threshold(f"{metric}={number}", f'[tool.fieldeval.thresholds."{name}"]', model=name)
+                gates[(gate.bench, gate.metric, name)] = gate
+        else:
+            gate = parse_threshold(f"{name}={value}", "[tool.fieldeval.thresholds]")
+            gates[(gate.bench, gate.metric, None)] = gate
     for text in cli:
-        bench, metric, number = parse_threshold(text)
-        gates[(bench, metric)] = number
-    return [(bench, metric, value) for (bench, metric), value in gates.items()]
+        gate = parse_threshold(text)
+        gates = {k: g for k, g in gates.items() if (k[0], k[1]) != (gate.bench, gate.metric)}
+        gates[(gate.bench, gate.metric, None)] = gate
+    return list(gates.values())
+
+
+def load_model_limits(tool: dict) -> dict[str, ModelLimits]:
+    """Per-model ``concurrency`` and ``rpm`` from ``[tool.fieldeval.models."MODEL"]``."""
+    out: dict[str, ModelLimits] = {}
+    for model, table in (tool.get("models") or {}).items():
+        if not isinstance(table, dict) or not set(table) <= {"concurrency", "rpm"} or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in table.values()
+        ):
+            raise UsageError(f'[tool.fieldeval.models."{model}"]: got {table!r}; give concurrency = N '
+                             "and/or rpm = N with whole numbers of at least 1")
+        out[model] = ModelLimits(**table)
+    return out

@@ -377,15 +377,12 @@ def _per_benchmark(value: str | Mapping[str, str] | None, benchmark: str) -> str
 
 
 def _headline(benchmark: str, entry_models: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The benchmark's headline metrics: its module's HEADLINE, or every metric of the run."""
-    try:
-        from fieldeval.benchmarks import BENCHMARKS
+    """The benchmark's headline metrics as it declares them, or every metric of the run."""
+    from fieldeval.benchmark import benchmarks
 
-        module = BENCHMARKS.get(benchmark)
-    except Exception:  # a benchmark module that fails to import must not lose the run
-        module = None
-    if module is not None and getattr(module, "HEADLINE", None):
-        return list(module.HEADLINE)
+    bench = benchmarks().get(benchmark)
+    if bench is not None:
+        return bench.headline
     names: dict[str, None] = {}
     for entry in entry_models.values():
         names.update((name, None) for name, _ in _metric_entries(entry) if "." not in name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from fieldeval.benchmarks import BENCHMARKS
+from fieldeval.benchmark import benchmarks
 
 
 def format_metric(entry: dict | None) -> str:
@@ -27,17 +27,17 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
     console.print(f"fieldeval run {payload['run_id']}  ontology: {payload.get('ontology_version') or '-'}")
     for name, models in payload["benchmarks"].items():
-        module = BENCHMARKS[name]
+        bench = benchmarks()[name]
         table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
         table.add_column("metric", no_wrap=True)
         for model in models:
             table.add_column(model, justify="right", no_wrap=True)
         table.add_row("items", *(str(entry["items"]) for entry in models.values()))
         table.add_row("errors", *(str(entry["errors"]) for entry in models.values()), end_section=True)
-        for metric in module.HEADLINE:
+        for metric in bench.headline:
             table.add_row(metric, *(format_metric(entry.get(metric)) for entry in models.values()))
         console.print(table)
-        for line in getattr(module, "summary_notes", lambda _: [])(models):
+        for line in bench.summary_notes(models):
             console.print(line)
     return buffer.getvalue()
 
@@ -48,7 +48,7 @@ def render_markdown(payload: dict) -> str:
     if payload.get("ontology_version"):
         lines += [f"Ontology: {payload['ontology_version']}", ""]
     for name, models in payload["benchmarks"].items():
-        headline = BENCHMARKS[name].HEADLINE
+        headline = benchmarks()[name].headline
         lines += [f"### {name}", "", "| model | items | errors | " + " | ".join(headline) + " |",
                   "|---|---:|---:|" + "---:|" * len(headline)]
         for model, entry in models.items():

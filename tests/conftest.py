@@ -41,7 +41,7 @@ def tiny_index():
 @pytest.fixture(scope="session")
 def tiny_enums() -> dict[str, frozenset[str]]:
     """The tiny value sets: soil has terrestrial terms, the other three only marine biome."""
-    from fieldeval.benchmarks.ebs import load_enums
+    from fieldeval.benchmarks.ebs.enums import load_enums
 
     return load_enums(TINY_ENUMS)
 

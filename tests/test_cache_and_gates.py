@@ -143,7 +143,7 @@ def test_run_killed_half_way_resumes_from_the_cache(project):
     from tests.ebs_project import ARGS
 
     (project.path / "block").touch()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS], cwd=project.path, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--concurrency", "1"], cwd=project.path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while len(calls(project)) < 1 and time.monotonic() < deadline:  # case000 answered, case001 hangs
@@ -169,13 +169,11 @@ def test_run_killed_half_way_resumes_from_the_cache(project):
 
 
 def test_item_cost_sums_every_call_of_the_item():
-    from fieldeval.models import SETTINGS, Completion, completion_fields
+    from fieldeval import Completion, ModelClient, completion_fields
 
-    SETTINGS.prices["m"] = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
-    try:
-        fields = completion_fields(Completion("m", "summary", 0.5, 10, 5, cached=True),
-                                   Completion("m", "answer", 0.25, 20, 1))
-    finally:
-        del SETTINGS.prices["m"]
+    client = ModelClient(prices={"m": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
+    fields = completion_fields(Completion("m", "summary", 0.5, 10, 5, cached=True,
+                                          est_cost_usd=client.estimate_cost("m", 10, 5)),
+                               Completion("m", "answer", 0.25, 20, 1, est_cost_usd=client.estimate_cost("m", 20, 1)))
     assert fields == {"response_time_s": 0.75, "prompt_tokens": 30, "completion_tokens": 6,
                       "est_cost_usd": (30 * 1.0 + 6 * 2.0) / 1e6, "cached": False}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmarks.ebs import DEFAULT_ENUM_DIR, load_enums, write_enums
+from fieldeval.benchmarks.ebs.enums import default_enum_dir, load_enums, write_enums
 
 
 def test_enum_files_match_a_fresh_generation(tmp_path):
     written = write_enums(tmp_path)
     for path in written:
-        committed = DEFAULT_ENUM_DIR / path.name
+        committed = default_enum_dir() / path.name
         assert committed.read_text() == path.read_text(), f"{path.name} differs: run `fieldeval enums`"
 
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from fieldeval.baselines.ibf import floor_response
-from fieldeval.benchmarks.ibf import load_corpus, render_prompt
+from fieldeval.benchmarks.ibf.baseline import floor_response
+from fieldeval.benchmarks.ibf.corpus import load_corpus
+from fieldeval.benchmarks.ibf.prompts import render_prompt
 from fieldeval.errors import UsageError
 
 

@@ -10,7 +10,8 @@ import llm
 import pytest
 
 from fieldeval import complete
-from fieldeval.benchmarks.ibf import JUDGE_SYSTEM, judge_prompt, load_corpus
+from fieldeval.benchmarks.ibf.corpus import load_corpus
+from fieldeval.benchmarks.ibf.prompts import JUDGE_SYSTEM, judge_prompt
 from scorers.ibf import JUDGE_SCHEMA, parse_judgement
 
 pytest_plugins = ["pytester"]

@@ -7,8 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from fieldeval.baselines.ibf import floor_response
-from fieldeval.benchmarks.ibf import aggregate, load_corpus, render_prompt
+from fieldeval.benchmarks.ibf.baseline import floor_response
+from fieldeval.benchmarks.ibf.aggregate import aggregate
+from fieldeval.benchmarks.ibf.corpus import load_corpus
+from fieldeval.benchmarks.ibf.prompts import render_prompt
 from scorers.ibf import (
     DIMENSIONS,
     IbfScore,

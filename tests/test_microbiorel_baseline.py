@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval.baselines import microbiorel as baseline
-from fieldeval.benchmarks.microbiorel import (
-    Entity,
-    RelationCase,
-    candidate_classes,
-    classify_prompt,
-    summary_prompt,
-)
+from fieldeval.benchmarks.microbiorel import baseline
+from fieldeval.benchmarks.microbiorel.cases import Entity, RelationCase
+from fieldeval.benchmarks.microbiorel.prompts import candidate_classes, classify_prompt, summary_prompt
 from scorers.microbiorel import RELATION_CLASSES
 
 TEXT = "Lactobacillus (rod) reduces IL-6 in mice. Nothing else."
@@ -73,7 +68,7 @@ def test_rebuilt_masked_text_equals_the_upstream_masked_csv(data_dir):
     # the baseline must see exactly what the upstream masked data shows, rebuilt from the prompt alone
     import pandas as pd
 
-    from fieldeval.benchmarks.microbiorel import load_split
+    from fieldeval.benchmarks.microbiorel.cases import load_split
     from fieldeval.data import fetch
 
     masked = pd.read_csv(fetch("microbiorel/masked/test.csv"), dtype=str, keep_default_na=False)

@@ -65,7 +65,7 @@ def project(pytester: pytest.Pytester, data_dir):
 
 @pytest.fixture(scope="module")
 def test_cases(data_dir):
-    from fieldeval.benchmarks.microbiorel import load_split
+    from fieldeval.benchmarks.microbiorel.cases import load_split
 
     return load_split("test")[:N_ITEMS]
 
@@ -120,7 +120,7 @@ def test_summarize_mode_classifies_from_the_summary(project, test_cases):
 
 
 def test_filtered_candidates_offer_only_the_pairs_filtered_labels(project, test_cases):
-    from fieldeval.benchmarks.microbiorel import candidate_classes
+    from fieldeval.benchmarks.microbiorel.prompts import candidate_classes
 
     result, entry = _run(project, "--re-candidates", "filtered")
     result.assert_outcomes(passed=N_ITEMS)

@@ -1,14 +1,6 @@
-"""The benchmarks the plugin knows: each module has the same small face.
+"""The built-in benchmarks, one package each: ``ebs``, ``microbiorel``, ``ibf``.
 
-A benchmark module defines ``NAME``, ``HEADLINE`` (metric names for the
-terminal table), ``add_options(group)``, ``aggregate(rows, *, seed,
-resamples)`` and ``write_outputs(rows, reports_dir)``.
+Each package's ``__init__`` is its face, a :class:`fieldeval.benchmark.Benchmark`
+named ``BENCHMARK``, registered under the ``fieldeval.benchmarks`` entry-point
+group exactly as a third-party benchmark is.
 """
-
-from __future__ import annotations
-
-from types import ModuleType
-
-from fieldeval.benchmarks import ebs, ibf, microbiorel
-
-BENCHMARKS: dict[str, ModuleType] = {module.NAME: module for module in (ebs, ibf, microbiorel)}

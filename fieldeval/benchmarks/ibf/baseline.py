@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-from fieldeval.baselines.base import BaselineModel
+import llm
+
+from fieldeval.baselines import BaselineModel
 
 _LINE = re.compile(r"^(Context|Location|Forecast lead time):\s*(.+)$", re.M)
 
@@ -42,3 +44,9 @@ class IbfFloor(BaselineModel):
 
     def answer(self, prompt: str, system: str | None) -> str:
         return floor_response(prompt)
+
+
+@llm.hookimpl
+def register_models(register) -> None:
+    """Register ibf-floor with llm (this module is an llm plugin)."""
+    register(IbfFloor())

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from fieldeval.baselines.base import BaselineModel
+import llm
+
+from fieldeval.baselines import BaselineModel
 
 RECIPE_VERSION = "1"
 C_GRID = (2.0, 8.0, 32.0, 128.0)
@@ -103,7 +105,7 @@ def _frame(cases):
 
 def train() -> tuple[object, dict[str, float]]:
     """Fit on train for every C in the grid and keep the best by dev weighted F1; return it and its dev score."""
-    from fieldeval.benchmarks.microbiorel import load_split
+    from fieldeval.benchmarks.microbiorel.cases import load_split
     from scorers.microbiorel import weighted_f1
 
     train_cases, dev_cases = load_split("train"), load_split("dev")
@@ -125,7 +127,7 @@ def model_path() -> Path:
 
     import sklearn
 
-    from fieldeval.benchmarks.microbiorel import SPLIT_FILES
+    from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES
     from fieldeval.data import REGISTRY, cache_dir
 
     key = "|".join([REGISTRY[SPLIT_FILES["train"]].sha256, REGISTRY[SPLIT_FILES["dev"]].sha256,
@@ -206,3 +208,9 @@ class MicrobioRelBaseline(BaselineModel):
 
     def answer(self, prompt: str, system: str | None) -> str:
         return predict(prompt)
+
+
+@llm.hookimpl
+def register_models(register) -> None:
+    """Register re-baseline with llm (this module is an llm plugin)."""
+    register(MicrobioRelBaseline())

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from fieldeval.baselines.base import BaselineModel
+import llm
+
+from fieldeval.baselines import BaselineModel
 
 BIOME = "ENVO:00000428"
 _ALLOWED_LINE = re.compile(r"^\s*-\s*(?P<label>.+?)\s*\[(?P<curie>[A-Za-z][A-Za-z0-9_]*:\d+)\]\s*$")
@@ -138,3 +140,9 @@ class EbsBaseline(BaselineModel):
 
     def answer(self, prompt: str, system: str | None) -> str:
         return predict(prompt)
+
+
+@llm.hookimpl
+def register_models(register) -> None:
+    """Register ebs-baseline with llm (this module is an llm plugin)."""
+    register(EbsBaseline())

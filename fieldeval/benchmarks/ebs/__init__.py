@@ -1,0 +1,79 @@
+"""env_broad_scale (NMDC): predict a biosample's ENVO biome; scored ontology-aware with oaklib.
+
+The face of the benchmark: its options, its context and :data:`BENCHMARK`.
+Cases and suites live in ``suite``, value sets in ``enums``, scored tables
+and aggregation in ``tables``, commands in ``cli``, the offline
+``ebs-baseline`` in ``baseline``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
+from fieldeval.benchmarks.ebs.cli import register_cli
+from fieldeval.benchmarks.ebs.enums import load_enums
+from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
+from fieldeval.benchmarks.ebs.tables import aggregate, write_outputs
+from scorers.ebs import OntologyIndex
+
+__all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
+
+
+@dataclass(frozen=True)
+class EbsOptions:
+    """env_broad_scale options, parsed once per session."""
+
+    ontology: str | None = field(default=None, metadata=option(
+        "--ontology", metavar="SELECTOR",
+        help="oaklib selector of the ontology to score against (default: the pinned ENVO OBO)"))
+    enum_dir: str | None = field(default=None, metadata=option(
+        "--enum-dir", metavar="DIR", help="folder of <template>_env_broad_scale.tsv value sets (default: enum_data/)"))
+    suite: str | None = field(default=None, metadata=option(
+        "--ebs-suite", metavar="PATH", help="llm-matrix suite YAML to run (default: the pinned upstream suite)"))
+
+
+@dataclass(frozen=True)
+class EbsContext:
+    """What an EBS eval item needs: the suite, the ontology index and the value sets."""
+
+    suite: EbsSuite
+    index: OntologyIndex
+    enums: dict[str, frozenset[str]]
+
+
+def load(options: EbsOptions) -> EbsContext:
+    """Load the suite, the ontology index (cached on disk) and the value sets."""
+    from fieldeval.ontology import load_index
+
+    return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir))
+
+
+def _cases(context: EbsContext) -> tuple[EbsCase, ...]:
+    return context.suite.cases
+
+
+def _run_meta(context: EbsContext) -> RunMeta:
+    return RunMeta(corpus_version=context.suite.name, content_hash=f"sha256:{context.suite.sha256}")
+
+
+BENCHMARK = Benchmark(
+    name="ebs",
+    title="env_broad_scale (NMDC): predict a biosample's ENVO biome",
+    metrics=(
+        Metric("ontology_score"),
+        Metric("exact_match"),
+        Metric("hierarchy_score"),
+        Metric("in_template_enum"),
+        Metric("parse_success"),
+        Metric("curie_label_valid", headline=False),
+    ),
+    baseline="ebs-baseline",
+    options=EbsOptions,
+    load=load,
+    cases=_cases,
+    aggregate=aggregate,
+    write_outputs=write_outputs,
+    register_cli=register_cli,
+    run_meta=_run_meta,
+)

@@ -1,0 +1,91 @@
+"""Impact-based forecasting (IBF): reason from a forecast alert to impacts, uncertainty, actions and places.
+
+The face of the benchmark: its options, its context and :data:`BENCHMARK`.
+The corpus lives in ``corpus``, prompts in ``prompts``, MDS/TPR aggregation
+in ``aggregate``, the scores table and ``fieldeval score ibf`` in ``tables``,
+the offline ``ibf-floor`` in ``baseline``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fieldeval.benchmark import Benchmark, Metric, RunMeta, StoreColumns, option
+from fieldeval.benchmarks.ibf.aggregate import aggregate, summary_notes
+from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, load_corpus
+from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
+from fieldeval.errors import UsageError
+from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA
+
+__all__ = ["BENCHMARK", "IbfContext", "IbfOptions"]
+
+DEFAULT_TEMPERATURE = 0.0
+DEFAULT_MAX_TOKENS = 512
+HEADLINE = (*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate")
+
+
+@dataclass(frozen=True)
+class IbfOptions:
+    """IBF options, parsed once per session."""
+
+    corpus: str | None = field(default=None, metadata=option(
+        "--ibf-corpus", metavar="PATH",
+        help="JSON-lines IBF corpus to run (default: fixtures/ibf/<corpus version>.jsonl)"))
+    corpus_version: str | None = field(default=None, metadata=option(
+        "--corpus-version", metavar="TAG", help=f"IBF corpus version tag (default: {DEFAULT_VERSION})"))
+    judge_model: str | None = field(default=None, metadata=option(
+        "--judge-model", metavar="MODEL",
+        help="llm model that grades IBF responses (default: the offline reference scorer)"))
+    temperature: float = field(default=DEFAULT_TEMPERATURE, metadata=option(
+        "--ibf-temperature", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
+        "--ibf-max-tokens", help=f"generation budget for IBF answers (default: {DEFAULT_MAX_TOKENS})"))
+
+
+@dataclass(frozen=True)
+class IbfContext:
+    """What an IBF eval item needs: the corpus, the judge (None: reference scorer) and generation options."""
+
+    corpus: IbfCorpus
+    judge_model: str | None
+    temperature: float
+    max_tokens: int
+    judge_schema: dict
+
+
+def load(options: IbfOptions) -> IbfContext:
+    """Check the options and the judge, and load the corpus."""
+    from fieldeval.client import resolve_model
+
+    if options.max_tokens < 1:
+        raise UsageError(f"--ibf-max-tokens {options.max_tokens}: must be at least 1")
+    if options.judge_model:
+        resolve_model(options.judge_model, flag="--judge-model")
+    corpus = load_corpus(options.corpus, options.corpus_version)
+    return IbfContext(corpus, options.judge_model or None, options.temperature, options.max_tokens, JUDGE_SCHEMA)
+
+
+def _cases(context: IbfContext) -> tuple[IbfItem, ...]:
+    return context.corpus.items
+
+
+def _run_meta(context: IbfContext) -> RunMeta:
+    return RunMeta(corpus_version=context.corpus.version, content_hash=f"sha256:{context.corpus.sha256}")
+
+
+BENCHMARK = Benchmark(
+    name="ibf",
+    title="impact-based forecasting: five rubric dimensions 0-4, MDS and TPR",
+    metrics=(*(Metric(d, high=4.0) for d in DIMENSIONS), Metric("mean_dimension_score", high=4.0),
+             Metric("threshold_pass_rate")),
+    baseline="ibf-floor",
+    options=IbfOptions,
+    load=load,
+    cases=_cases,
+    aggregate=aggregate,
+    write_outputs=write_outputs,
+    summary_notes=summary_notes,
+    register_cli=register_cli,
+    run_meta=_run_meta,
+    store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
+)

@@ -1,0 +1,97 @@
+"""MicrobioRel (El Khettari et al. 2025): classify the relation between two entities in a microbiome paragraph.
+
+The face of the benchmark: its options, its context and :data:`BENCHMARK`.
+Cases live in ``cases``, prompts in ``prompts``, aggregation, the
+predictions table and ``fieldeval score re`` in ``tables``, the offline
+``re-baseline`` in ``baseline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
+from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
+from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
+from fieldeval.benchmarks.microbiorel.tables import aggregate, register_cli, summary_notes, write_outputs
+
+__all__ = ["BENCHMARK", "MicrobioRelContext", "MicrobioRelOptions"]
+
+BASELINE = "re-baseline"
+
+
+@dataclass(frozen=True)
+class MicrobioRelOptions:
+    """MicrobioRel options, parsed once per session."""
+
+    candidates: Candidates = field(default="all", metadata=option(
+        "--re-candidates", choices=["all", "filtered"],
+        help="MicrobioRel classes offered in the prompt: all 23, or the pair's filtered_labels (default: all)"))
+    mode: Mode = field(default="direct", metadata=option(
+        "--re-mode", choices=["direct", "summarize"],
+        help="MicrobioRel prompting: classify directly, or summarise the pair first as the paper does "
+             "(default: direct)"))
+
+
+@dataclass(frozen=True)
+class MicrobioRelContext:
+    """What a MicrobioRel eval item needs: the test cases and the run's options."""
+
+    cases: tuple[RelationCase, ...]
+    mode: Mode
+    candidates: Candidates
+
+    def classes_for(self, case: RelationCase) -> tuple[str, ...]:
+        """The classes the prompt offers for this case."""
+        return candidate_classes(case, self.candidates)
+
+
+def load(options: MicrobioRelOptions) -> MicrobioRelContext:
+    """Load the test split."""
+    return MicrobioRelContext(load_split("test"), mode=options.mode, candidates=options.candidates)
+
+
+def warm(options: MicrobioRelOptions, models: Sequence[str]) -> None:
+    """Train or load the offline baseline once on the controller, not once per xdist worker."""
+    if BASELINE in models:
+        from fieldeval.benchmarks.microbiorel.baseline import load_model
+
+        load_model()
+
+
+def _cases(context: MicrobioRelContext) -> tuple[RelationCase, ...]:
+    return context.cases
+
+
+def _run_meta(context: MicrobioRelContext) -> RunMeta:
+    """The test split's pinned version and content hash."""
+    from fieldeval.data import REGISTRY
+
+    entry = REGISTRY[SPLIT_FILES["test"]]
+    commit = entry.url.split("/MicrobioRel/")[1].split("/")[0][:7]
+    return RunMeta(corpus_version=f"microbiorel-test@{commit}", content_hash=f"sha256:{entry.sha256}")
+
+
+BENCHMARK = Benchmark(
+    name="microbiorel",
+    title="MicrobioRel: relation between two entities in a microbiome paragraph",
+    metrics=(
+        Metric("weighted_f1"),
+        Metric("macro_f1"),
+        Metric("accuracy"),
+        Metric("parse_rate"),
+        Metric("weighted_precision", headline=False),
+        Metric("weighted_recall", headline=False),
+    ),
+    baseline=BASELINE,
+    options=MicrobioRelOptions,
+    load=load,
+    cases=_cases,
+    aggregate=aggregate,
+    write_outputs=write_outputs,
+    summary_notes=summary_notes,
+    register_cli=register_cli,
+    run_meta=_run_meta,
+    warm=warm,
+)

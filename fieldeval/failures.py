@@ -1,0 +1,107 @@
+"""What went wrong with a model call, and whether trying again can help.
+
+Transient: timeouts, connection errors, HTTP 408/409/425/429, 5xx, provider
+overload; retried with backoff, honouring Retry-After. Permanent: a missing
+key, authentication, an unknown model, a bad request, a context too long;
+never retried. An error nobody recognises is treated as transient.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+PERMANENT_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 422})
+PERMANENT_NAMES = frozenset({"NeedsKeyException", "UnknownModelError", "AuthenticationError",
+                             "PermissionDeniedError", "NotFoundError", "BadRequestError",
+                             "UnprocessableEntityError", "ContextWindowExceededError"})
+CONTEXT_PHRASES = ("context length", "context window", "maximum context", "too many tokens", "prompt is too long")
+KEY_FIXES = {"openai": "llm keys set openai", "anthropic": "llm keys set anthropic", "gemini": "llm keys set gemini"}
+
+
+class ModelCallError(RuntimeError):
+    """A model call that produced no response.
+
+    Attributes:
+        model: the model id asked.
+        detail: one line: error class and message.
+        kind: ``transient`` (retries ran out), ``permanent``, ``skipped`` (the model failed
+            permanently earlier), or ``replay`` (no recorded response).
+    """
+
+    def __init__(self, model: str, detail: str, *, kind: str = "transient") -> None:
+        super().__init__(f"{model}: {detail}")
+        self.model = model
+        self.detail = detail
+        self.kind = kind
+
+
+class PermanentCallError(ModelCallError):
+    """A failure retrying cannot mend: the model's remaining calls end at once."""
+
+    def __init__(self, model: str, error_class: str, message: str) -> None:
+        super().__init__(model, f"{error_class}: {message}{_fix(model, error_class, message)}", kind="permanent")
+
+
+class TransientCallError(ModelCallError):
+    """A failure worth another try, perhaps after the provider's Retry-After."""
+
+    def __init__(self, model: str, error_class: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(model, f"{error_class}: {message}", kind="transient")
+        self.retry_after = retry_after
+
+
+def _fix(model: str, error_class: str, message: str) -> str:
+    if error_class != "NeedsKeyException" or "llm keys set" in message:
+        return ""
+    provider = model.split("/")[0] if "/" in model else "openai"
+    return f"; fix: {KEY_FIXES.get(provider, 'llm keys set ' + provider)}"
+
+
+def status_code(error: BaseException) -> int | None:
+    """The HTTP status an exception carries (``status_code``, ``status`` or its ``response``), if any."""
+    for holder in (error, getattr(error, "response", None)):
+        for attr in ("status_code", "status", "http_status"):
+            value = getattr(holder, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+    return None
+
+
+def retry_after(error: BaseException) -> float | None:
+    """Seconds the provider asked to wait (Retry-After in seconds or as a date, or retry-after-ms)."""
+    explicit = getattr(error, "retry_after", None)
+    if isinstance(explicit, (int, float)):
+        return float(explicit)
+    headers = getattr(getattr(error, "response", None), "headers", None) or getattr(error, "headers", None)
+    if not headers:
+        return None
+    try:
+        millis = headers.get("retry-after-ms")
+        if millis is not None:
+            return float(millis) / 1000
+        value = headers.get("retry-after")
+    except AttributeError:
+        return None
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(str(value)) if value else None
+        return None if when is None else max(when.timestamp() - time.time(), 0.0)
+
+
+def classify(model: str, error: BaseException) -> ModelCallError:
+    """The error to raise for ``error``: permanent (never retried) or transient (retried)."""
+    if isinstance(error, ModelCallError):
+        return error
+    names = {cls.__name__ for cls in type(error).__mro__}
+    error_class = type(error).__name__
+    message = " ".join(str(error).split())[:500] or error_class
+    status = status_code(error)
+    if names & PERMANENT_NAMES or any(p in message.lower() for p in CONTEXT_PHRASES):
+        return PermanentCallError(model, error_class, message)
+    if status in PERMANENT_STATUS:
+        return PermanentCallError(model, error_class, message)
+    return TransientCallError(model, error_class, message, retry_after=retry_after(error))

@@ -1,0 +1,143 @@
+"""Options parsed once: the engine's and each benchmark's, as frozen dataclasses kept on the pytest config.
+
+Every option is declared as a dataclass field carrying
+:func:`fieldeval.benchmark.option` metadata; :func:`add_options` turns the
+fields into pytest options (one ``pytest --help`` group for the engine, one
+per benchmark) and :func:`parse_options` builds the frozen instance from the
+parsed command line. Nothing else reads ``config.getoption``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from fieldeval.benchmark import benchmarks, option
+from fieldeval.cache import CACHE_MODES
+from fieldeval.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_RETRIES
+from fieldeval.errors import UsageError
+from fieldeval.limits import DEFAULT_CONCURRENCY
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+DEFAULT_REPORT = "reports/report.json"
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine's options (group *fieldeval* in ``pytest --help``)."""
+
+    models: tuple[str, ...] = field(default=(), metadata=option(
+        "--model", metavar="MODEL",
+        help="llm model id or alias to evaluate; repeat for several (default: the benchmark's offline baseline)"))
+    concurrency: int = field(default=DEFAULT_CONCURRENCY, metadata=option(
+        "--concurrency", metavar="C",
+        help=f"model calls in flight for the whole session, shared by xdist workers (default: {DEFAULT_CONCURRENCY})"))
+    call_timeout: float = field(default=DEFAULT_CALL_TIMEOUT_S, metadata=option(
+        "--call-timeout", metavar="S",
+        help=f"seconds before a model call counts as a transient failure (default: {DEFAULT_CALL_TIMEOUT_S:g})"))
+    retries: int = field(default=DEFAULT_RETRIES, metadata=option(
+        "--retries", metavar="N",
+        help=f"retries of a transiently failed call, with backoff and Retry-After (default: {DEFAULT_RETRIES})"))
+    rpm: int | None = field(default=None, metadata=option(
+        "--rpm", metavar="N", type=int,
+        help="requests per minute per model, shared by xdist workers (default: unlimited)"))
+    cache: str = field(default="use", metadata=option(
+        "--cache", choices=CACHE_MODES,
+        help="response cache: use (default), refresh, off, or replay (fail items with no cached response)"))
+    cache_path: str | None = field(default=None, metadata=option(
+        "--cache-path", metavar="PATH", help="response cache file (default: reports/responses.sqlite)"))
+    prices: str | None = field(default=None, metadata=option(
+        "--prices", metavar="YAML", help="extra model prices (USD per million tokens) beside [tool.fieldeval.prices]"))
+    fail_under: tuple[str, ...] = field(default=(), metadata=option(
+        "--fail-under", metavar="BENCH.METRIC=VALUE", help="fail the session when a metric is below VALUE (repeatable)"))
+    gate_on: str = field(default="point", metadata=option(
+        "--gate-on", choices=("point", "lower"), help="gate on the point value (default) or the ci95 lower bound"))
+    seed: int = field(default=DEFAULT_SEED, metadata=option(
+        "--seed", metavar="N", help=f"bootstrap seed (default: {DEFAULT_SEED})"))
+    resamples: int = field(default=DEFAULT_RESAMPLES, metadata=option(
+        "--bootstrap-resamples", metavar="N", help=f"bootstrap resamples for ci95 (default: {DEFAULT_RESAMPLES})"))
+    report: str | None = field(default=None, metadata=option(
+        "--eval-report", metavar="PATH", help=f"where the JSON report goes (default: {DEFAULT_REPORT} when evals run)"))
+    reports_dir: str | None = field(default=None, metadata=option(
+        "--reports-dir", metavar="DIR", help="folder for scored tables (default: reports/ under the project root)"))
+    store: str | None = field(default=None, metadata=option(
+        "--store", metavar="URL", help="run store: a SQLite path or postgresql://... URL (default: $FIELDEVAL_STORE "
+                                       "or reports/fieldeval.db); 'none' stores nothing"))
+    run_label: str | None = field(default=None, metadata=option(
+        "--run-label", metavar="LABEL", help="human-readable tag of this run in the store"))
+    run_id: str | None = field(default=None, metadata=option(
+        "--run-id", metavar="RUN_ID", help="id of the stored run (default: run_ and 8 random hex digits)"))
+    progress_file: str | None = field(default=None, metadata=option(
+        "--progress-file", metavar="PATH",
+        help="keep a JSON file of items planned, done and errored up to date while the run goes"))
+    summary_md: str | None = field(default=None, metadata=option(
+        "--summary-md", metavar="PATH", help="write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)"))
+
+    def __post_init__(self) -> None:
+        for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
+                                   ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1)]:
+            if value is not None and value < least:
+                raise UsageError(f"{flag} {value}: must be at least {least}")
+        if not self.call_timeout > 0:
+            raise UsageError(f"--call-timeout {self.call_timeout:g}: must be a number of seconds above 0")
+
+
+def _dest(prefix: str, name: str) -> str:
+    return f"fieldeval_{prefix}_{name}" if prefix else f"fieldeval_{name}"
+
+
+def _add_fields(group, cls: type, prefix: str, seen: set[str]) -> None:
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if "flag" not in meta or meta["flag"] in seen:
+            continue
+        seen.add(meta["flag"])
+        kwargs: dict[str, Any] = {"dest": _dest(prefix, f.name), "help": meta["help"]}
+        if meta.get("metavar"):
+            kwargs["metavar"] = meta["metavar"]
+        if meta.get("choices"):
+            kwargs["choices"] = meta["choices"]
+        if isinstance(f.default, tuple):
+            kwargs.update(action="append", default=[])
+        else:
+            kwargs["default"] = f.default
+            kind = meta.get("type") or (type(f.default) if f.default is not None else None)
+            if kind in (int, float):
+                kwargs["type"] = kind
+        group.addoption(meta["flag"], **kwargs)
+
+
+def add_options(parser) -> None:
+    """Add the engine's options and every installed benchmark's, one ``--help`` group each."""
+    seen: set[str] = set()
+    _add_fields(parser.getgroup("fieldeval", "fieldeval: evaluate language models"), EngineOptions, "", seen)
+    for name, bench in benchmarks().items():
+        _add_fields(parser.getgroup(f"fieldeval-{name}", f"fieldeval {name}: {bench.title}"), bench.options, name, seen)
+
+
+def _values(config, cls: type, prefix: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if "flag" not in f.metadata:
+            continue
+        value = getattr(config.option, _dest(prefix, f.name), None)
+        if value is None and f.metadata.get("shared"):
+            value = next((v for v in _shared(config, f.metadata["flag"]) if v is not None), None)
+        values[f.name] = tuple(value) if isinstance(f.default, tuple) else (f.default if value is None else value)
+    return values
+
+
+def _shared(config, flag: str):
+    """Values of a flag another benchmark declared first (it holds the dest)."""
+    for name, bench in benchmarks().items():
+        for f in dataclasses.fields(bench.options):
+            if f.metadata.get("flag") == flag:
+                yield getattr(config.option, _dest(name, f.name), None)
+
+
+def parse_options(config) -> tuple[EngineOptions, dict[str, Any]]:
+    """The engine's options and each benchmark's, from a parsed pytest config; UsageError on a bad value."""
+    engine = EngineOptions(**_values(config, EngineOptions, ""))
+    per_bench = {name: bench.options(**_values(config, bench.options, name)) for name, bench in benchmarks().items()}
+    return engine, per_bench
