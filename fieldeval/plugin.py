@@ -339,7 +339,7 @@ def _save_run(config: pytest.Config, state: EvalSession, payload: dict, exitstat
     url = config.getoption("fieldeval_store") or os.environ.get("FIELDEVAL_STORE")
     if url is not None and url.lower() == "none":
         return
-    from fieldeval.store import open_store
+    from fieldeval.store import declared_columns, open_store
 
     meta_by_bench = {name: getattr(BENCHMARKS[name], "run_meta", lambda _: {})(config) for name in state.rows}
     meta = {
@@ -352,7 +352,7 @@ def _save_run(config: pytest.Config, state: EvalSession, payload: dict, exitstat
     }
     default = config.rootpath / "reports" / "fieldeval.db"
     try:
-        with open_store(url or str(default)) as store:
+        with open_store(url or str(default), columns=declared_columns()) as store:
             store.save_run(payload, {name: state.sorted_rows(name) for name in state.rows}, meta)
     except UsageError as error:
         config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
