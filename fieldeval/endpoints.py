@@ -4,26 +4,21 @@
 endpoint in the run store's ``models`` table; :func:`register_endpoints`
 (called from fieldeval's ``register_models`` llm hook) turns each row into an
 llm OpenAI chat model that needs no API key. llm runs that hook on every model
-lookup, so the read is cheap: stdlib ``sqlite3`` read-only, re-read only when
-the file changes, and nothing at all when the store does not exist yet.
+lookup, so the read is the store's cheap one (:func:`fieldeval.store.read_endpoints`:
+stdlib ``sqlite3`` read-only, re-read only when the file changes, nothing at all
+when the store does not exist yet, no SQLAlchemy import for a SQLite store).
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-# the same as fieldeval.store's (a test checks it); not imported from there, as SQLAlchemy takes a second to load
-DEFAULT_STORE_PATH = Path(__file__).resolve().parents[1] / "reports" / "fieldeval.db"
-STORE_ENV = "FIELDEVAL_STORE"
-Endpoint = tuple[str, str, str]  # (name, endpoint, model_id), oldest registration first
-SERVER_CACHE_S = 60.0
-_QUERY = "SELECT name, endpoint, model_id FROM models ORDER BY registered_at, model_id"
-_cache: dict[str, tuple[Any, list[Endpoint]]] = {}
+from fieldeval.store.location import DEFAULT_STORE_PATH, STORE_ENV
+from fieldeval.store.registry import Endpoint, read_endpoints
+
+__all__ = ["DEFAULT_STORE_PATH", "STORE_ENV", "Endpoint", "api_base", "endpoint_models", "register_endpoints",
+           "registered_endpoints"]
 
 
 def api_base(endpoint: str) -> str:
@@ -35,74 +30,9 @@ def api_base(endpoint: str) -> str:
     return base
 
 
-def _sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite store URL or bare path; None for a server URL."""
-    if "://" not in url:
-        return Path(url).expanduser()
-    scheme, _, rest = url.partition("://")
-    if scheme.split("+")[0] != "sqlite":
-        return None
-    rest = rest.split("?")[0]  # sqlite:///relative.db and sqlite:////absolute.db, as SQLAlchemy reads them
-    return Path(rest[1:] if rest.startswith("/") else rest).expanduser()
-
-
-def _read_sqlite(path: Path) -> list[Endpoint]:
-    """The models rows of a SQLite store, read-only; empty when the file or table is missing."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return []
-    key = str(path.resolve())
-    stamp = (stat.st_mtime_ns, stat.st_size)
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists():
-        stamp += (wal.stat().st_mtime_ns, wal.stat().st_size)
-    cached = _cache.get(key)
-    if cached and cached[0] == stamp:
-        return cached[1]
-    try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5) as conn:
-            rows = [tuple(row) for row in conn.execute(_QUERY)]
-    except sqlite3.Error:  # no models table yet, or not a store: nothing to register
-        rows = []
-    _cache[key] = (stamp, rows)
-    return rows
-
-
-def _read_server(url: str) -> list[Endpoint]:
-    """The models rows of a PostgreSQL store, cached for a minute; empty when it cannot be reached."""
-    cached = _cache.get(url)
-    if cached and time.monotonic() - cached[0] < SERVER_CACHE_S:
-        return cached[1]
-    rows: list[Endpoint] = []
-    try:
-        import psycopg
-
-        conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
-        with psycopg.connect(conninfo, connect_timeout=3) as conn:
-            rows = [tuple(row) for row in conn.execute(_QUERY)]
-    except Exception:  # a model lookup must never fail because the shared store is down
-        rows = []
-    _cache[url] = (time.monotonic(), rows)
-    return rows
-
-
 def registered_endpoints(url: str | None = None) -> list[Endpoint]:
-    """``(name, endpoint, model_id)`` of every registered model, oldest first, without migrating anything.
-
-    Args:
-        url: a store URL or path; None means ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db``.
-
-    Returns:
-        The registered endpoints; empty when the store does not exist or cannot be read.
-
-    Example:
-        >>> registered_endpoints()  # doctest: +SKIP
-        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4')]
-    """
-    url = url or os.environ.get(STORE_ENV) or str(DEFAULT_STORE_PATH)
-    path = _sqlite_path(url)
-    return _read_sqlite(path) if path is not None else _read_server(url)
+    """``(name, endpoint, model_id)`` of every registered model, oldest first (:func:`fieldeval.store.read_endpoints`)."""
+    return read_endpoints(url)
 
 
 def endpoint_models(name: str, endpoint: str) -> tuple[Any, Any]:

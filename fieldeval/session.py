@@ -331,7 +331,7 @@ class EvalSession:
         url = self.options.store or os.environ.get("FIELDEVAL_STORE")
         if url is not None and url.lower() == "none":
             return
-        from fieldeval.store import open_store
+        from fieldeval.store import declared_columns, open_store
 
         metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
         meta = {
@@ -344,7 +344,7 @@ class EvalSession:
         }
         default = self.config.rootpath / "reports" / "fieldeval.db"
         try:
-            with open_store(url or str(default)) as store:
+            with open_store(url or str(default), columns=declared_columns()) as store:
                 store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
         except UsageError as error:
             self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)

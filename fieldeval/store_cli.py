@@ -14,9 +14,9 @@ from typing import Any
 
 def _store(args: argparse.Namespace):
     """The store named by ``--store`` (or the default)."""
-    from fieldeval.store import open_store
+    from fieldeval.store import declared_columns, open_store
 
-    return open_store(args.store)
+    return open_store(args.store, columns=declared_columns())
 
 
 def _console():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -126,5 +128,13 @@ def test_the_endpoint_path_is_trimmed_to_the_client_base_url():
 
 
 def test_endpoints_default_store_matches_the_store_module():
-    # endpoints keeps its own copy so llm's plugin loading never imports SQLAlchemy
     assert (endpoints.DEFAULT_STORE_PATH, endpoints.STORE_ENV) == (store.DEFAULT_STORE_PATH, store.STORE_ENV)
+
+
+def test_reading_a_sqlite_stores_endpoints_does_not_import_sqlalchemy(registered):
+    # llm runs the register_models hook on every model lookup; SQLAlchemy takes a second to import
+    code = ("import sys; from fieldeval.endpoints import registered_endpoints; "
+            "names = [e[0] for e in registered_endpoints()]; "
+            "print(names, 'sqlalchemy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['tiny-echo'] False"

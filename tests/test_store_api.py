@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
 
+from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
 from fieldeval.store import SCHEMA_VERSION, evaluation_responses, open_store
+from tests.store_columns import IBF_COLUMNS
 
 # The seed's compare payload (002, "Comparing runs via API"), numbers as written there.
 SEED_RUNS = [
@@ -100,7 +104,7 @@ def store_url(request, tmp_path):
 
 @pytest.fixture
 def store(store_url):
-    with open_store(store_url) as opened:
+    with open_store(store_url, columns=IBF_COLUMNS) as opened:
         yield opened
 
 
@@ -294,3 +298,44 @@ def test_a_bare_path_opens_a_sqlite_store(tmp_path):
     with open_store(str(tmp_path / "sub" / "runs.db")) as store:
         assert store.list_runs() == []
     assert (tmp_path / "sub" / "runs.db").is_file()
+
+
+def test_a_store_made_before_the_package_opens_unchanged_and_keeps_its_ibf_columns(tmp_path):
+    # the IBF columns were wired into the tables then; opening must not add or move any
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript((Path(__file__).parent / "store_v1_sqlite.sql").read_text())
+        conn.execute("INSERT INTO schema_version VALUES (1, 'initial schema', '2026-05-29 08:00:00.000000')")
+        before = [row[1] for row in conn.execute("PRAGMA table_info(evaluations)")]
+    with open_store(f"sqlite:///{path}", columns=IBF_COLUMNS) as store:
+        assert store.migrate() == []
+        save_seed_runs(store)
+    with sqlite3.connect(path) as conn:
+        assert [row[1] for row in conn.execute("PRAGMA table_info(evaluations)")] == before
+    with open_store(f"sqlite:///{path}") as store:  # no benchmark declares anything: the columns still read back
+        run = store.get_run("run_9c1d88f0")
+        assert (run["mean_dimension_score"], run["uncertainty_handling"]) == (3.21, 2.88)
+        assert store.responses("run_9c1d88f0")[0]["impact_reasoning"] == 1
+
+
+def test_a_column_a_newly_installed_benchmark_declares_is_added_on_open(store_url):
+    with open_store(store_url, columns=IBF_COLUMNS) as store:
+        save_seed_runs(store)
+    toy = {**IBF_COLUMNS, "toy": StoreColumns(run=("toy_score",), response=("toy_label",))}
+    for _ in range(2):  # the second open finds the columns and adds nothing
+        with open_store(store_url, columns=toy) as store:
+            assert store.tables.run_columns[-1] == "toy_score"
+    with open_store(store_url, columns=toy) as store:
+        payload = {"run_id": "run_70700001", "started_at": "2026-06-01T00:00:00Z",
+                   "benchmarks": {"toy": {"m": {"toy_score": metric(0.25), "items": 1, "errors": 0}}}}
+        store.save_run(payload, {"toy": [{"model": "m", "case_id": "t1", "toy_label": 3}]})
+        assert store.get_run("run_70700001")["toy_score"] == 0.25
+        assert store.responses("run_70700001")[0]["toy_label"] == 3
+        assert store.get_run("run_3b9e204a")["toy_score"] is None
+        assert store.compare(["run_70700001"])["runs"][0]["toy_score"] == 0.25
+
+
+@pytest.mark.parametrize("declared", [StoreColumns(run=("label",)), StoreColumns(response=("Bad Name",))])
+def test_a_declared_column_that_is_generic_or_not_an_identifier_is_refused(tmp_path, declared):
+    with pytest.raises(ValueError, match="declare a new lowercase identifier"):
+        open_store(str(tmp_path / "store.db"), columns={"bad": declared})

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from fieldeval.store import open_store
 from fieldeval.cli import main
+from fieldeval.store import open_store
+from tests.store_columns import IBF_COLUMNS
 
 SEED = [("run_3b9e204a", "phi-3-mini-4k", 2.60, 0.54, [3.12, 2.47, 1.83, 2.91, 2.68]),
         ("run_9c1d88f0", "mistral-7b-instruct-v0.3", 3.21, 0.72, [3.54, 3.10, 2.88, 3.22, 3.31])]
@@ -17,10 +18,11 @@ DIMENSIONS = ["hazard_recognition", "impact_reasoning", "uncertainty_handling", 
 
 @pytest.fixture
 def store_url(tmp_path, monkeypatch):
-    """A SQLite store holding two IBF runs of the seed, also set as $FIELDEVAL_STORE."""
+    """A SQLite store holding two IBF runs of the seed, also set as $FIELDEVAL_STORE, with IBF's columns declared."""
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     monkeypatch.setenv("FIELDEVAL_STORE", url)
-    with open_store(url) as store:
+    monkeypatch.setattr("fieldeval.store.declared_columns", lambda: IBF_COLUMNS)
+    with open_store(url, columns=IBF_COLUMNS) as store:
         for run_id, model, mds, tpr, scores in SEED:
             entry = {name: {"value": value, "ci95": [value - 0.1, value + 0.1], "n": 340}
                      for name, value in [*zip(DIMENSIONS, scores), ("mean_dimension_score", mds),

@@ -1,0 +1,96 @@
+"""The seed's side-by-side payload, ``GET /api/evaluations/compare``, for every benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from fieldeval.benchmark import StoreColumns
+from fieldeval.errors import UsageError
+from fieldeval.store.runs import legacy_versions, require_runs
+from fieldeval.store.schema import Tables
+
+
+def declared_keys(declared: StoreColumns, values: Mapping[str, float | None]) -> dict[str, Any]:
+    """A benchmark's declared columns as the seed shows them: per-item scores under ``scores``, aggregates beside it.
+
+    A ``run`` column that is also a ``response`` column is the run-level mean of an item score (the
+    IBF seed's five dimensions); the other ``run`` columns are aggregates (``mean_dimension_score``).
+    """
+    keys: dict[str, Any] = {name: values.get(name) for name in declared.run if name not in declared.response}
+    scores = {name: values.get(name) for name in declared.run if name in declared.response}
+    if scores:
+        keys["scores"] = scores
+    return keys
+
+
+class Compare:
+    """The :class:`~fieldeval.store.Store` method that puts runs side by side."""
+
+    engine: Engine
+    tables: Tables
+    url: str
+    columns: Mapping[str, StoreColumns]
+
+    def compare(self, run_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """The side-by-side payload of the seed's ``GET /api/evaluations/compare``, for every benchmark.
+
+        Args:
+            run_ids: stored run ids, in the order to show them.
+
+        Returns:
+            ``{"runs": [entry, ...]}`` with one entry per (run, model): ``run_id``, ``model_name``,
+            ``label``, ``corpus_version``, ``benchmarks`` (``{bench: {headline metric: value}}``); for
+            a benchmark the store was opened with columns for, also those columns (see
+            :func:`declared_keys`: for IBF the seed's ``mean_dimension_score``, ``threshold_pass_rate``
+            and ``scores``); ``"legacy": true`` when the run used a superseded corpus version.
+
+        Raises:
+            UsageError: no run ids, or a run id that is not stored.
+
+        Example:
+            >>> store.compare(["run_3b9e204a", "run_9c1d88f0"])["runs"][1]["mean_dimension_score"]  # doctest: +SKIP
+            3.21
+        """
+        run_ids = list(dict.fromkeys(run_ids))
+        if not run_ids:
+            raise UsageError("runs compare: no run ids; pass two or more ids from `fieldeval runs list`")
+        t = self.tables
+        with self.engine.connect() as conn:
+            require_runs(conn, t, run_ids, self.url)
+            runs = {r.run_id: r for r in conn.execute(sa.select(t.evaluations.c.run_id, t.evaluations.c.label,
+                                                                t.evaluations.c.models)
+                                                      .where(t.evaluations.c.run_id.in_(run_ids)))}
+            benches = conn.execute(sa.select(t.evaluation_benchmarks).where(
+                t.evaluation_benchmarks.c.run_id.in_(run_ids)).order_by(t.evaluation_benchmarks.c.benchmark)).all()
+            values = conn.execute(sa.select(t.evaluation_metrics.c.run_id, t.evaluation_metrics.c.benchmark,
+                                            t.evaluation_metrics.c.model, t.evaluation_metrics.c.metric,
+                                            t.evaluation_metrics.c.value)
+                                  .where(t.evaluation_metrics.c.run_id.in_(run_ids))).all()
+            legacy = legacy_versions(conn, t)
+        metric: dict[tuple[str, str, str], dict[str, float | None]] = {}
+        for run_id, bench, model, name, value in values:
+            metric.setdefault((run_id, bench, model), {})[name] = value
+        out = []
+        for run_id in run_ids:
+            run_benches = [b for b in benches if b.run_id == run_id]
+            versions = {b.corpus_version for b in run_benches}
+            models_in_run = list(runs[run_id].models) or sorted({m for r, _, m in metric if r == run_id})
+            for model in models_in_run:
+                entry: dict[str, Any] = {"run_id": run_id, "model_name": model}
+                for bench, declared in sorted(self.columns.items()):
+                    if (run_id, bench, model) in metric:
+                        entry.update(declared_keys(declared, metric[(run_id, bench, model)]))
+                entry["label"] = runs[run_id].label
+                entry["corpus_version"] = versions.pop() if len(versions) == 1 else {
+                    b.benchmark: b.corpus_version for b in run_benches}
+                entry["benchmarks"] = {
+                    b.benchmark: {name: metric.get((run_id, b.benchmark, model), {}).get(name) for name in b.headline}
+                    for b in run_benches if (run_id, b.benchmark, model) in metric}
+                if any((b.benchmark, b.corpus_version) in legacy for b in run_benches):
+                    entry["legacy"] = True
+                out.append(entry)
+        return {"runs": out}

@@ -1,0 +1,209 @@
+"""An eval session's payload and rows flattened into the store's table rows; no database here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fieldeval.benchmark import StoreColumns
+from fieldeval.errors import UsageError
+from fieldeval.store.schema import utcnow
+
+# row keys with a column of their own in evaluation_responses (or none at all): not copied into ``metrics``
+ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
+               "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at"}
+_UNDECLARED = StoreColumns()
+
+
+@dataclass(frozen=True)
+class FlatRun:
+    """One run as rows of ``evaluations``, ``evaluation_benchmarks``, ``evaluation_metrics``, ``evaluation_responses``."""
+
+    run_id: str
+    run: dict[str, Any]
+    benchmarks: list[dict[str, Any]]
+    metrics: list[dict[str, Any]]
+    responses: list[dict[str, Any]]
+
+
+def metric_entries(entry: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Mapping[str, Any]]]:
+    """``(dotted name, {"value","ci95","n"})`` for every metric in a payload entry, nested ones included."""
+    for key, value in entry.items():
+        if not isinstance(value, Mapping):
+            continue
+        name = f"{prefix}{key}"
+        if "value" in value and ("ci95" in value or "n" in value):
+            yield name, value
+        else:
+            yield from metric_entries(value, prefix=f"{name}.")
+
+
+def number(value: Any) -> float | None:
+    """A float, or None for missing and non-numeric values."""
+    if value is None or isinstance(value, str):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def integer(value: Any) -> int | None:
+    """An int, or None for missing values."""
+    found = number(value)
+    return None if found is None else int(round(found))
+
+
+def json_ready(value: Any) -> Any:
+    """The value after a JSON round trip (numpy scalars, paths and sets become plain JSON)."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def _per_benchmark(value: str | Mapping[str, str] | None, benchmark: str) -> str | None:
+    """A meta value that is either one string for every benchmark or a dict by benchmark."""
+    if isinstance(value, Mapping):
+        found = value.get(benchmark)
+        return None if found is None else str(found)
+    return None if value is None else str(value)
+
+
+def _headline(benchmark: str, entry_models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The benchmark's headline metrics as it declares them, or every metric of the run."""
+    from fieldeval.benchmark import benchmarks
+
+    bench = benchmarks().get(benchmark)
+    if bench is not None:
+        return bench.headline
+    names: dict[str, None] = {}
+    for entry in entry_models.values():
+        names.update((name, None) for name, _ in metric_entries(entry) if "." not in name)
+    return list(names)
+
+
+def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Items, tokens, cost, time and cache hits per model, over every benchmark."""
+    totals: dict[str, dict[str, Any]] = {}
+    for rows in rows_by_benchmark.values():
+        for row in rows:
+            total = totals.setdefault(str(row.get("model")), {
+                "items": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                "est_cost_usd": None, "response_time_s": 0.0})
+            total["items"] += 1
+            total["cached"] += bool(row.get("cached"))
+            for key in ("prompt_tokens", "completion_tokens"):
+                total[key] += integer(row.get(key)) or 0
+            total["response_time_s"] = round(total["response_time_s"] + (number(row.get("response_time_s")) or 0), 6)
+            cost = number(row.get("est_cost_usd"))
+            if cost is not None:
+                total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + cost, 10)
+    return totals
+
+
+def _benchmark_rows(run_id: str, bench_payload: Mapping[str, Mapping[str, Any]],
+                    rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
+                    meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``evaluation_benchmarks`` row per benchmark of the run."""
+    headlines = meta.get("headline") or {}
+    out = []
+    for bench in sorted({*bench_payload, *rows_by_benchmark}):
+        entries = bench_payload.get(bench, {})
+        items = sum(integer(e.get("items")) or 0 for e in entries.values()) if entries else None
+        row_versions = {str(r["corpus_version"]) for r in rows_by_benchmark.get(bench, []) if r.get("corpus_version")}
+        out.append({
+            "run_id": run_id, "benchmark": bench,
+            "corpus_version": _per_benchmark(meta.get("corpus_version"), bench)
+            or (row_versions.pop() if len(row_versions) == 1 else None),
+            "content_hash": _per_benchmark(meta.get("content_hash"), bench),
+            "headline": list(headlines.get(bench) or _headline(bench, entries)),
+            "total_items": items if items is not None else len(rows_by_benchmark.get(bench, [])),
+        })
+    return out
+
+
+def _metric_rows(run_id: str, bench_payload: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One ``evaluation_metrics`` row per (benchmark, model, metric), nested metrics under dotted names."""
+    out = []
+    for bench, entries in bench_payload.items():
+        for model, entry in entries.items():
+            for metric, value in metric_entries(entry):
+                ci = list(value.get("ci95") or [None, None]) + [None, None]
+                out.append({"run_id": run_id, "benchmark": bench, "model": str(model), "metric": metric,
+                            "value": number(value.get("value")), "ci_lo": number(ci[0]),
+                            "ci_hi": number(ci[1]), "n": integer(value.get("n"))})
+    return out
+
+
+def _declared_run_values(bench_payload: Mapping[str, Mapping[str, Any]],
+                         columns: Mapping[str, StoreColumns]) -> dict[str, float | None]:
+    """The declared ``evaluations`` columns of each benchmark that ran exactly one model (the seed's one-model run)."""
+    values: dict[str, float | None] = {}
+    for bench, declared in columns.items():
+        entries = bench_payload.get(bench, {})
+        if len(entries) != 1:
+            continue
+        (entry,) = entries.values()
+        for name in declared.run:
+            value = entry.get(name)
+            values[name] = number(value.get("value") if isinstance(value, Mapping) else value)
+    return values
+
+
+def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
+                  response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
+    """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None."""
+    item_keys = ("corpus_item_id", declared.item_id, "case_id", "item_id", "nodeid")
+    values = {k: v for k, v in row.items() if k not in ROW_COLUMNS and k != declared.item_id}
+    return {
+        "run_id": run_id, "benchmark": bench, "model": str(row.get("model")),
+        "corpus_item_id": str(next((row[key] for key in item_keys if row.get(key)), "")),
+        "raw_response": row.get("raw_response", row.get("response_text")),
+        "metrics": json_ready(values),
+        "response_time_s": number(row.get("response_time_s")),
+        "prompt_tokens": integer(row.get("prompt_tokens")),
+        "completion_tokens": integer(row.get("completion_tokens")),
+        "est_cost_usd": number(row.get("est_cost_usd")),
+        "cached": None if row.get("cached") is None else bool(row.get("cached")),
+        "scored_at": row.get("scored_at") or scored_at,
+        **{name: integer(row.get(name)) if name in declared.response else None for name in response_columns},
+    }
+
+
+def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
+                meta: Mapping[str, Any], columns: Mapping[str, StoreColumns]) -> FlatRun:
+    """The table rows of one run (see :meth:`fieldeval.store.Store.save_run` for the arguments)."""
+    run_id = str(payload.get("run_id") or "")
+    if not run_id:
+        raise UsageError("save_run: the payload has no run_id; pass EvalSession.payload()")
+    bench_payload: Mapping[str, Mapping[str, Any]] = payload.get("benchmarks") or {}
+    now = utcnow()
+    bench_rows = _benchmark_rows(run_id, bench_payload, rows_by_benchmark, meta)
+    scored_at = meta.get("completed_at") or now
+    response_columns = {name: None for declared in columns.values() for name in declared.response}
+    responses = [_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
+                               response_columns, scored_at)
+                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])]
+    versions = {r["corpus_version"] for r in bench_rows}
+    hashes = {r["content_hash"] for r in bench_rows}
+    ontology = payload.get("ontology_version")
+    run = {
+        "run_id": run_id,
+        "model_id": None,
+        "label": meta.get("label"),
+        "benchmarks": [r["benchmark"] for r in bench_rows],
+        "models": sorted({str(m) for b in bench_payload.values() for m in b}
+                         | {str(r.get("model")) for rows in rows_by_benchmark.values() for r in rows}),
+        "corpus_version": versions.pop() if len(versions) == 1 else None,
+        "content_hash": hashes.pop() if len(hashes) == 1 else None,
+        "ontology_version": ontology if isinstance(ontology, str) or ontology is None else json.dumps(ontology),
+        "git_commit": meta.get("git_commit"),
+        "status": meta.get("status") or "completed",
+        "total_items": sum(r["total_items"] or 0 for r in bench_rows),
+        "totals": json_ready(meta.get("totals") or _totals(rows_by_benchmark)),
+        "payload": json_ready(payload),
+        "created_at": payload.get("started_at") or now,
+        "completed_at": meta.get("completed_at") or now,
+        **_declared_run_values(bench_payload, columns),
+    }
+    return FlatRun(run_id, run, bench_rows, _metric_rows(run_id, bench_payload), responses)

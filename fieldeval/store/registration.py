@@ -1,0 +1,138 @@
+"""The model registry: the seed's ``POST /api/models``, idempotent on (name, endpoint)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from fieldeval.errors import UsageError
+from fieldeval.store.schema import Tables, iso, utcnow
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A registered model endpoint.
+
+    Attributes:
+        model_id: ``mdl_`` and 8 hex digits, e.g. ``mdl_7f2a91c4``.
+        name: the model name sent to the endpoint and used as ``--model NAME``.
+        provider: who serves it, e.g. ``local``, ``ollama``, ``vllm``.
+        endpoint: the OpenAI-compatible URL, e.g. ``http://localhost:11434/v1``.
+        context_window: tokens of context, when known.
+        parameters_billion: model size, when known.
+        notes: free text (quantisation, hardware).
+        registered_at: ISO 8601 UTC time of the first registration.
+    """
+
+    model_id: str
+    name: str
+    provider: str | None
+    endpoint: str
+    context_window: int | None
+    parameters_billion: float | None
+    notes: str | None
+    registered_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: sa.Row) -> ModelRecord:
+        """A ``models`` row as a record."""
+        data = row._asdict()
+        data["registered_at"] = iso(data["registered_at"])
+        return cls(**data)
+
+
+class ModelRegistry:
+    """The :class:`~fieldeval.store.Store` methods on the ``models`` table."""
+
+    engine: Engine
+    tables: Tables
+
+    def add_model(
+        self,
+        name: str,
+        endpoint: str,
+        *,
+        provider: str | None = None,
+        context_window: int | None = None,
+        parameters_billion: float | None = None,
+        notes: str | None = None,
+    ) -> ModelRecord:
+        """Register a model endpoint; idempotent on (name, endpoint).
+
+        Args:
+            name: the model name the endpoint serves (also its ``--model`` id), e.g. ``phi-3-mini-4k``.
+            endpoint: the OpenAI-compatible base URL, e.g. ``http://localhost:11434/v1``.
+            provider: who serves it, e.g. ``local``.
+            context_window: tokens of context.
+            parameters_billion: model size in billions of parameters.
+            notes: free text.
+
+        Returns:
+            The new record, or the existing one when (name, endpoint) is already registered.
+
+        Raises:
+            UsageError: an empty name or endpoint, or a negative size.
+
+        Example:
+            >>> store.add_model("phi-3-mini-4k", "http://localhost:11434/v1", provider="local").model_id  # doctest: +SKIP
+            'mdl_7f2a91c4'
+        """
+        return self.register_model(name, endpoint, provider=provider, context_window=context_window,
+                                   parameters_billion=parameters_billion, notes=notes)[0]
+
+    def register_model(self, name: str, endpoint: str, **fields: Any) -> tuple[ModelRecord, bool]:
+        """:meth:`add_model`, also saying whether the record is new."""
+        name, endpoint = (name or "").strip(), (endpoint or "").strip()
+        if not name:
+            raise UsageError("models add NAME: the name is empty; pass the model name the endpoint serves")
+        if "://" not in endpoint:
+            raise UsageError(f"--endpoint {endpoint!r}: not a URL; pass the server's base URL, "
+                             "e.g. http://localhost:11434/v1")
+        for key in ("context_window", "parameters_billion"):
+            if fields.get(key) is not None and fields[key] <= 0:
+                raise UsageError(f"--{key.replace('_', '-')} {fields[key]}: must be positive")
+        models = self.tables.models
+        for _ in range(3):
+            existing = self._model(name, endpoint)
+            if existing is not None:
+                return existing, False
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(models.insert().values(model_id="mdl_" + secrets.token_hex(4), name=name,
+                                                        endpoint=endpoint, registered_at=utcnow(), **fields))
+            except sa.exc.IntegrityError:  # a concurrent registration won the race (or an id clash): read again
+                continue
+            record = self._model(name, endpoint)
+            assert record is not None, "a committed model registration must be readable"
+            return record, True
+        raise UsageError(f"models add {name} --endpoint {endpoint}: registration kept conflicting; try again")
+
+    def _model(self, name: str, endpoint: str) -> ModelRecord | None:
+        """The record for (name, endpoint), if any."""
+        models = self.tables.models
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(models).where(models.c.name == name, models.c.endpoint == endpoint)).first()
+        return None if row is None else ModelRecord.from_row(row)
+
+    def list_models(self) -> list[ModelRecord]:
+        """Every registered model, oldest first.
+
+        Returns:
+            The records in registration order.
+
+        Example:
+            >>> [m.name for m in store.list_models()]  # doctest: +SKIP
+            ['phi-3-mini-4k']
+        """
+        models = self.tables.models
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(models).order_by(models.c.registered_at, models.c.name)).all()
+        return [ModelRecord.from_row(row) for row in rows]

@@ -1,0 +1,85 @@
+"""The registered model endpoints, read cheaply: no migration, no SQLAlchemy for a SQLite store.
+
+llm runs fieldeval's ``register_models`` hook on every model lookup, so
+:func:`read_endpoints` reads a SQLite store with stdlib ``sqlite3``, read-only,
+again only when the file changes, and not at all when it does not exist. A
+PostgreSQL store is read through SQLAlchemy (imported then, not before) and
+re-read once a minute. Registering models is
+:class:`fieldeval.store.registration.ModelRegistry`'s job.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from fieldeval.store.location import default_store_url, sqlite_path
+
+Endpoint = tuple[str, str, str]  # (name, endpoint, model_id), oldest registration first
+SERVER_CACHE_S = 60.0
+ENDPOINTS_SQL = "SELECT name, endpoint, model_id FROM models ORDER BY registered_at, model_id"
+_cache: dict[str, tuple[Any, list[Endpoint]]] = {}
+
+
+def read_endpoints(url: str | None = None) -> list[Endpoint]:
+    """``(name, endpoint, model_id)`` of every registered model, oldest first, without migrating anything.
+
+    Args:
+        url: a store URL or path; None means ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db``.
+
+    Returns:
+        The registered endpoints; empty when the store does not exist or cannot be read.
+
+    Example:
+        >>> read_endpoints("sqlite:///reports/fieldeval.db")  # doctest: +SKIP
+        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4')]
+    """
+    url = url or default_store_url()
+    path = sqlite_path(url)
+    return _read_sqlite(path) if path is not None else _read_server(url)
+
+
+def _read_sqlite(path: Path) -> list[Endpoint]:
+    """The models rows of a SQLite store, read-only; empty when the file or table is missing."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return []
+    key = str(path.resolve())
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists():
+        stamp += (wal.stat().st_mtime_ns, wal.stat().st_size)
+    cached = _cache.get(key)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5) as conn:
+            rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL)]
+    except sqlite3.Error:  # no models table yet, or not a store: nothing to register
+        rows = []
+    _cache[key] = (stamp, rows)
+    return rows
+
+
+def _read_server(url: str) -> list[Endpoint]:
+    """The models rows of a PostgreSQL store, cached for a minute; empty when it cannot be reached."""
+    cached = _cache.get(url)
+    if cached and time.monotonic() - cached[0] < SERVER_CACHE_S:
+        return cached[1]
+    rows: list[Endpoint] = []
+    try:
+        from fieldeval.store.url import create_engine, resolve_url
+
+        engine = create_engine(resolve_url(url), connect_timeout_s=3)
+        try:
+            with engine.connect() as conn:
+                rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL)]
+        finally:
+            engine.dispose()
+    except Exception:  # a model lookup must never fail because the shared store is down
+        rows = []
+    _cache[url] = (time.monotonic(), rows)
+    return rows

@@ -1,0 +1,279 @@
+"""Runs in the store: save one immutable run, list, show, read its responses, delete it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from fieldeval.benchmark import StoreColumns
+from fieldeval.errors import UsageError
+from fieldeval.store.payload import flatten_run
+from fieldeval.store.schema import Tables, iso
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One stored run, as ``runs list`` shows it.
+
+    Attributes:
+        run_id: ``run_`` and 8 hex digits.
+        label: the human-readable run tag.
+        benchmarks: benchmark names in the run.
+        models: model names in the run.
+        corpus_versions: corpus or suite version per benchmark.
+        status: ``completed``, ``failed``, ``interrupted``...
+        total_items: items evaluated, errors included.
+        created_at: ISO 8601 UTC start time.
+        completed_at: ISO 8601 UTC end time.
+        legacy: True when a benchmark of the run used a superseded corpus version.
+    """
+
+    run_id: str
+    label: str | None
+    benchmarks: list[str]
+    models: list[str]
+    corpus_versions: dict[str, str | None]
+    status: str
+    total_items: int | None
+    created_at: str
+    completed_at: str | None
+    legacy: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as a JSON-ready dict."""
+        return asdict(self)
+
+
+def require_runs(conn: Connection, tables: Tables, run_ids: Sequence[str], url: str) -> None:
+    """A usage error naming the first run id that is not stored."""
+    evaluations = tables.evaluations
+    found = set(conn.execute(sa.select(evaluations.c.run_id).where(evaluations.c.run_id.in_(run_ids))).scalars())
+    for run_id in run_ids:
+        if run_id not in found:
+            raise UsageError(f"run {run_id!r}: not in the store {url}; run `fieldeval runs list` for the ids")
+
+
+def legacy_versions(conn: Connection, tables: Tables) -> set[tuple[str, str]]:
+    """(benchmark, corpus version) pairs superseded by a corpus version first stored later."""
+    benches, evaluations = tables.evaluation_benchmarks, tables.evaluations
+    first_seen = (sa.select(benches.c.benchmark, benches.c.corpus_version,
+                            sa.func.min(evaluations.c.created_at).label("first"))
+                  .join(evaluations, evaluations.c.run_id == benches.c.run_id)
+                  .where(benches.c.corpus_version.is_not(None))
+                  .group_by(benches.c.benchmark, benches.c.corpus_version))
+    newest: dict[str, tuple[datetime, str]] = {}
+    pairs = conn.execute(first_seen).all()
+    for bench, version, first in pairs:
+        if bench not in newest or (first, version) > newest[bench]:
+            newest[bench] = (first, version)
+    return {(bench, version) for bench, version, _ in pairs if newest[bench][1] != version}
+
+
+class RunStore:
+    """The :class:`~fieldeval.store.Store` methods on runs."""
+
+    engine: Engine
+    tables: Tables
+    url: str
+    columns: Mapping[str, StoreColumns]
+
+    def save_run(
+        self,
+        payload: Mapping[str, Any],
+        rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
+        meta: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store one eval session as an immutable run, in one transaction.
+
+        Args:
+            payload: ``EvalSession.payload()``: ``{"run_id", "started_at", "ontology_version",
+                "benchmarks": {bench: {model: {metric: {"value", "ci95", "n"}, "items", "errors", ...}}}}``.
+            rows_by_benchmark: ``{bench: EvalSession.sorted_rows(bench)}``; each row has ``model``,
+                ``case_id``, ``response_text``, the cost columns and its metric values.
+            meta: optional ``label``, ``corpus_version`` and ``content_hash`` (a string, or a dict by
+                benchmark; the corpus version defaults to the rows' ``corpus_version`` when they share one),
+                ``git_commit``, ``status`` (default ``completed``), ``completed_at`` (default now), ``totals``
+                (default: per-model sums of the rows), ``headline`` (``{bench: [metric, ...]}``, default: the
+                benchmark module's HEADLINE).
+
+        Returns:
+            The run id. The benchmark-specific columns the store was opened with are filled too: a
+            benchmark's ``run`` columns when it ran one model, its ``response`` columns on every row.
+
+        Raises:
+            UsageError: the payload has no run id, or the run id is already stored (runs are immutable).
+
+        Example:
+            >>> session = eval_session(config)  # doctest: +SKIP
+            >>> store.save_run(session.payload(), {b: session.sorted_rows(b) for b in session.rows},
+            ...                {"label": "nightly", "corpus_version": {"ebs": "ebs-suite@3f2a"}})  # doctest: +SKIP
+            'run_3b9e204a'
+        """
+        flat = flatten_run(payload, rows_by_benchmark, meta or {}, self.columns)
+        t = self.tables
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == flat.run_id)).first():
+                    raise self._exists(flat.run_id)
+                run = dict(flat.run)
+                if len(run["models"]) == 1:
+                    run["model_id"] = conn.execute(sa.select(t.models.c.model_id).where(
+                        t.models.c.name == run["models"][0]).order_by(t.models.c.registered_at).limit(1)).scalar()
+                conn.execute(t.evaluations.insert(), [run])
+                conn.execute(t.evaluation_benchmarks.insert(), flat.benchmarks)
+                if flat.metrics:
+                    conn.execute(t.evaluation_metrics.insert(), flat.metrics)
+                if flat.responses:
+                    conn.execute(t.evaluation_responses.insert(), flat.responses)
+        except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
+            with self.engine.connect() as conn:
+                stored = conn.execute(sa.select(t.evaluations.c.run_id).where(
+                    t.evaluations.c.run_id == flat.run_id)).first()
+            if stored:
+                raise self._exists(flat.run_id) from None
+            raise
+        return flat.run_id
+
+    def _exists(self, run_id: str) -> UsageError:
+        """The error for saving a run id twice."""
+        return UsageError(f"run {run_id}: already in the store {self.url}; runs are immutable, "
+                          "save the session under a new run id")
+
+    def list_runs(self, benchmark: str | None = None, corpus_version: str | None = None) -> list[RunSummary]:
+        """Stored runs, oldest first, optionally filtered.
+
+        Args:
+            benchmark: only runs that include this benchmark.
+            corpus_version: only runs with a benchmark on this corpus or suite version.
+
+        Returns:
+            One summary per run; ``legacy`` marks runs on a superseded corpus version (a version is
+            superseded once a run on a newer version of the same benchmark is stored: "newer" is the
+            version whose first stored run is the latest).
+
+        Example:
+            >>> [r.run_id for r in store.list_runs(benchmark="ibf", corpus_version="ibf-v2.1")]  # doctest: +SKIP
+            ['run_3b9e204a', 'run_9c1d88f0', 'run_0a7c553e']
+        """
+        evaluations, benches = self.tables.evaluations, self.tables.evaluation_benchmarks
+        with self.engine.connect() as conn:
+            query = sa.select(evaluations).order_by(evaluations.c.created_at, evaluations.c.run_id)
+            if benchmark or corpus_version:
+                match = sa.select(benches.c.run_id)
+                if benchmark:
+                    match = match.where(benches.c.benchmark == benchmark)
+                if corpus_version:
+                    match = match.where(benches.c.corpus_version == corpus_version)
+                query = query.where(evaluations.c.run_id.in_(match))
+            runs = conn.execute(query).all()
+            versions: dict[str, dict[str, str | None]] = {}
+            for run_id, bench, version in conn.execute(sa.select(
+                    benches.c.run_id, benches.c.benchmark, benches.c.corpus_version).order_by(benches.c.benchmark)):
+                versions.setdefault(run_id, {})[bench] = version
+            legacy = legacy_versions(conn, self.tables)
+        return [RunSummary(
+            run_id=run.run_id, label=run.label, benchmarks=list(run.benchmarks), models=list(run.models),
+            corpus_versions=versions.get(run.run_id, {}), status=run.status, total_items=run.total_items,
+            created_at=iso(run.created_at), completed_at=iso(run.completed_at),
+            legacy=any((b, v) in legacy for b, v in versions.get(run.run_id, {}).items()),
+        ) for run in runs]
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """Everything stored about one run except its responses.
+
+        Args:
+            run_id: a stored run id, e.g. ``run_3b9e204a``.
+
+        Returns:
+            The evaluations columns (times as ISO strings), ``corpus_versions`` and ``headline`` by
+            benchmark, ``metrics`` as ``{bench: {model: {metric: {"value", "ci95", "n"}}}}``,
+            ``responses`` (the count), ``legacy``, and the saved ``payload``.
+
+        Raises:
+            UsageError: the run id is not stored.
+
+        Example:
+            >>> store.get_run("run_3b9e204a")["metrics"]["ibf"]["phi-3-mini-4k"]["mean_dimension_score"]["value"]  # doctest: +SKIP
+            2.6
+        """
+        t = self.tables
+        with self.engine.connect() as conn:
+            require_runs(conn, t, [run_id], self.url)
+            run = conn.execute(sa.select(t.evaluations).where(t.evaluations.c.run_id == run_id)).one()._asdict()
+            benches = conn.execute(sa.select(t.evaluation_benchmarks).where(
+                t.evaluation_benchmarks.c.run_id == run_id).order_by(t.evaluation_benchmarks.c.benchmark)).all()
+            metric_rows = conn.execute(sa.select(t.evaluation_metrics).where(t.evaluation_metrics.c.run_id == run_id)
+                                       .order_by(t.evaluation_metrics.c.benchmark, t.evaluation_metrics.c.model)).all()
+            run["responses"] = conn.execute(sa.select(sa.func.count()).select_from(t.evaluation_responses).where(
+                t.evaluation_responses.c.run_id == run_id)).scalar_one()
+            legacy = legacy_versions(conn, t)
+        run["created_at"], run["completed_at"] = iso(run["created_at"]), iso(run["completed_at"])
+        run["corpus_versions"] = {b.benchmark: b.corpus_version for b in benches}
+        run["content_hashes"] = {b.benchmark: b.content_hash for b in benches}
+        run["headline"] = {b.benchmark: list(b.headline) for b in benches}
+        run["legacy"] = any((b.benchmark, b.corpus_version) in legacy for b in benches)
+        metrics: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        for m in metric_rows:
+            metrics.setdefault(m.benchmark, {}).setdefault(m.model, {})[m.metric] = {
+                "value": m.value, "ci95": [m.ci_lo, m.ci_hi], "n": m.n}
+        run["metrics"] = metrics
+        return run
+
+    def responses(self, run_id: str, *, benchmark: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
+        """A run's per-item responses, in the order they were saved.
+
+        Args:
+            run_id: a stored run id.
+            benchmark: only this benchmark's items.
+            model: only this model's items.
+
+        Returns:
+            One dict per item: the evaluation_responses columns, ``scored_at`` as an ISO string.
+
+        Raises:
+            UsageError: the run id is not stored.
+
+        Example:
+            >>> store.responses("run_3b9e204a", model="phi-3-mini-4k")[0]["corpus_item_id"]  # doctest: +SKIP
+            'ci_0814'
+        """
+        responses = self.tables.evaluation_responses
+        with self.engine.connect() as conn:
+            require_runs(conn, self.tables, [run_id], self.url)
+            query = sa.select(responses).where(responses.c.run_id == run_id)
+            if benchmark:
+                query = query.where(responses.c.benchmark == benchmark)
+            if model:
+                query = query.where(responses.c.model == model)
+            rows = conn.execute(query.order_by(responses.c.response_id)).all()
+        return [{**row._asdict(), "scored_at": iso(row.scored_at)} for row in rows]
+
+    def delete_run(self, run_id: str) -> int:
+        """Hard-delete a run and everything stored with it.
+
+        Args:
+            run_id: a stored run id.
+
+        Returns:
+            The number of responses deleted with it.
+
+        Raises:
+            UsageError: the run id is not stored.
+
+        Example:
+            >>> store.delete_run("run_0a7c553e")  # doctest: +SKIP
+            340
+        """
+        t = self.tables
+        with self.engine.begin() as conn:
+            require_runs(conn, t, [run_id], self.url)
+            deleted = conn.execute(t.evaluation_responses.delete().where(
+                t.evaluation_responses.c.run_id == run_id)).rowcount
+            for table in (t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):
+                conn.execute(table.delete().where(table.c.run_id == run_id))
+        return deleted

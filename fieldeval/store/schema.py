@@ -1,0 +1,249 @@
+"""The store's tables and their versioned migrations.
+
+The tables follow the IBF seed's schema (``models``, ``evaluations``,
+``evaluation_responses``) generalised to every benchmark, plus
+``evaluation_benchmarks`` (corpus version per benchmark) and
+``evaluation_metrics`` (one row per run, benchmark, model and metric).
+Benchmark-specific columns (the seed's five IBF dimensions, say) are not
+written here: each benchmark declares them (``StoreColumns``) and
+:func:`migrate` adds the ones a table lacks, as floats in ``evaluations`` and
+small integers in ``evaluation_responses``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection, Engine
+
+PG_MIGRATION_LOCK = 0x6669656C64  # pg_advisory_xact_lock key ("field")
+RUN_COLUMN_TYPE = sa.Float
+RESPONSE_COLUMN_TYPE = sa.SmallInteger
+_COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+_JSON = sa.JSON().with_variant(JSONB(), "postgresql")
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """Now, in UTC, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def parse_time(value: str) -> datetime:
+    """An ISO 8601 string (``Z`` allowed) as an aware UTC datetime."""
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+
+
+def iso(value: datetime | None) -> str | None:
+    """``2026-05-29T08:14:03Z`` for an aware datetime."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class UtcDateTime(sa.TypeDecorator):
+    """TIMESTAMPTZ on PostgreSQL, ISO text on SQLite; always an aware UTC datetime in Python."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | str | None, dialect) -> datetime | None:
+        """Store aware datetimes (or ISO strings) as UTC."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = parse_time(value)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        """Read back as an aware UTC datetime."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The store's tables, ``evaluations`` and ``evaluation_responses`` with their benchmark-specific columns.
+
+    Attributes:
+        run_columns: the benchmark-specific columns of ``evaluations``.
+        response_columns: the benchmark-specific columns of ``evaluation_responses``.
+    """
+
+    schema_version: sa.Table
+    models: sa.Table
+    evaluations: sa.Table
+    evaluation_benchmarks: sa.Table
+    evaluation_metrics: sa.Table
+    evaluation_responses: sa.Table
+    run_columns: tuple[str, ...] = ()
+    response_columns: tuple[str, ...] = ()
+
+
+def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_columns: tuple[str, ...]) -> Tables:
+    """Every table of the store on ``metadata``; the benchmark-specific columns come last."""
+    return Tables(
+        schema_version=sa.Table(
+            "schema_version", metadata,
+            sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("description", sa.Text, nullable=False),
+            sa.Column("applied_at", UtcDateTime, nullable=False),
+        ),
+        models=sa.Table(
+            "models", metadata,
+            sa.Column("model_id", sa.Text, primary_key=True),
+            sa.Column("name", sa.Text, nullable=False),
+            sa.Column("provider", sa.Text),
+            sa.Column("endpoint", sa.Text, nullable=False),
+            sa.Column("context_window", sa.Integer),
+            sa.Column("parameters_billion", sa.Float),
+            sa.Column("notes", sa.Text),
+            sa.Column("registered_at", UtcDateTime, nullable=False),
+            sa.UniqueConstraint("name", "endpoint", name="uq_models_name_endpoint"),
+        ),
+        evaluations=sa.Table(
+            "evaluations", metadata,
+            sa.Column("run_id", sa.Text, primary_key=True),
+            sa.Column("model_id", sa.Text, sa.ForeignKey("models.model_id", ondelete="SET NULL")),
+            sa.Column("label", sa.Text),
+            sa.Column("benchmarks", _JSON, nullable=False),
+            sa.Column("models", _JSON, nullable=False),
+            sa.Column("corpus_version", sa.Text),
+            sa.Column("content_hash", sa.Text),
+            sa.Column("ontology_version", sa.Text),
+            sa.Column("git_commit", sa.Text),
+            sa.Column("status", sa.Text, nullable=False, server_default="completed"),
+            sa.Column("total_items", sa.Integer),
+            sa.Column("totals", _JSON),
+            sa.Column("payload", _JSON, nullable=False),
+            sa.Column("created_at", UtcDateTime, nullable=False),
+            sa.Column("completed_at", UtcDateTime),
+            *(sa.Column(name, RUN_COLUMN_TYPE) for name in run_columns),
+            sa.Index("ix_evaluations_created", "created_at"),
+        ),
+        evaluation_benchmarks=sa.Table(
+            "evaluation_benchmarks", metadata,
+            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), primary_key=True),
+            sa.Column("benchmark", sa.Text, primary_key=True),
+            sa.Column("corpus_version", sa.Text),
+            sa.Column("content_hash", sa.Text),
+            sa.Column("headline", _JSON, nullable=False),
+            sa.Column("total_items", sa.Integer),
+        ),
+        evaluation_metrics=sa.Table(
+            "evaluation_metrics", metadata,
+            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), primary_key=True),
+            sa.Column("benchmark", sa.Text, primary_key=True),
+            sa.Column("model", sa.Text, primary_key=True),
+            sa.Column("metric", sa.Text, primary_key=True),
+            sa.Column("value", sa.Float),
+            sa.Column("ci_lo", sa.Float),
+            sa.Column("ci_hi", sa.Float),
+            sa.Column("n", sa.Integer),
+        ),
+        evaluation_responses=sa.Table(
+            "evaluation_responses", metadata,
+            sa.Column("response_id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), nullable=False),
+            sa.Column("benchmark", sa.Text, nullable=False),
+            sa.Column("model", sa.Text, nullable=False),
+            sa.Column("corpus_item_id", sa.Text, nullable=False),
+            sa.Column("raw_response", sa.Text),
+            sa.Column("metrics", _JSON),
+            sa.Column("response_time_s", sa.Float),
+            sa.Column("prompt_tokens", sa.Integer),
+            sa.Column("completion_tokens", sa.Integer),
+            sa.Column("est_cost_usd", sa.Float),
+            sa.Column("cached", sa.Boolean),
+            sa.Column("scored_at", UtcDateTime),
+            *(sa.Column(name, RESPONSE_COLUMN_TYPE) for name in response_columns),
+            sa.Index("ix_evaluation_responses_run", "run_id", "benchmark", "model"),
+        ),
+        run_columns=run_columns,
+        response_columns=response_columns,
+    )
+
+
+GENERIC = _define(sa.MetaData(), (), ())
+
+
+@lru_cache(maxsize=32)
+def tables_with(run_columns: tuple[str, ...] = (), response_columns: tuple[str, ...] = ()) -> Tables:
+    """The tables with these benchmark-specific columns (one set of Table objects per combination)."""
+    return _define(sa.MetaData(), run_columns, response_columns)
+
+
+def check_column_names(table: sa.Table, names: Iterable[str]) -> None:
+    """A ValueError for a declared column that is not a lowercase identifier or is one of the generic ones."""
+    generic = set(table.c.keys())
+    for name in names:
+        if not _COLUMN_NAME.fullmatch(name) or name in generic:
+            raise ValueError(f"store column {table.name}.{name!r}: declare a new lowercase identifier "
+                             f"(not one of {', '.join(sorted(generic))})")
+
+
+def _migration_1(conn: Connection) -> None:
+    """Create models, evaluations, evaluation_benchmarks, evaluation_metrics, evaluation_responses."""
+    for table in (GENERIC.models, GENERIC.evaluations, GENERIC.evaluation_benchmarks, GENERIC.evaluation_metrics,
+                  GENERIC.evaluation_responses):
+        table.create(conn, checkfirst=True)
+
+
+# Append only: never edit or reorder a released step; a new generic column is a new step (ALTER TABLE ...).
+# Benchmark-specific columns are not steps: _add_declared_columns adds them on every open.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (1, "initial schema: models, evaluations, benchmarks, metrics, responses", _migration_1),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def _add_declared_columns(conn: Connection, table: sa.Table, declared: Iterable[str], kind: type) -> tuple[str, ...]:
+    """ALTER TABLE ... ADD COLUMN for each declared column the table lacks; returns its benchmark-specific columns."""
+    present = [column["name"] for column in sa.inspect(conn).get_columns(table.name)]
+    quote = conn.dialect.identifier_preparer.quote
+    for name in declared:
+        if name not in present:
+            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} "
+                                 f"{kind().compile(dialect=conn.dialect)}")
+            present.append(name)
+    return tuple(name for name in present if name not in table.c)
+
+
+def migrate(engine: Engine, run_columns: Iterable[str] = (), response_columns: Iterable[str] = ()) -> tuple[list[int], Tables]:
+    """Apply the missing steps of ``MIGRATIONS`` and add missing declared columns, in one locked transaction.
+
+    Returns:
+        The migration versions applied, and the tables with every benchmark-specific column the database has.
+    """
+    run_columns, response_columns = tuple(dict.fromkeys(run_columns)), tuple(dict.fromkeys(response_columns))
+    check_column_names(GENERIC.evaluations, run_columns)
+    check_column_names(GENERIC.evaluation_responses, response_columns)
+    applied: list[int] = []
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK})
+        GENERIC.schema_version.create(conn, checkfirst=True)
+        done = set(conn.execute(sa.select(GENERIC.schema_version.c.version)).scalars())
+        for version, description, step in MIGRATIONS:
+            if version in done:
+                continue
+            step(conn)
+            conn.execute(GENERIC.schema_version.insert().values(version=version, description=description,
+                                                                applied_at=utcnow()))
+            applied.append(version)
+        run_present = _add_declared_columns(conn, GENERIC.evaluations, run_columns, RUN_COLUMN_TYPE)
+        response_present = _add_declared_columns(conn, GENERIC.evaluation_responses, response_columns,
+                                                 RESPONSE_COLUMN_TYPE)
+    return applied, tables_with(run_present, response_present)

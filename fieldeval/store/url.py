@@ -1,0 +1,74 @@
+"""Store URLs and engines: SQLite files (WAL, long busy timeout) and PostgreSQL through psycopg 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from fieldeval.errors import UsageError
+from fieldeval.store.location import default_store_url
+
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def redact(url: str) -> str:
+    """The URL with its password hidden, for messages."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: show it as given
+        return url
+
+
+def resolve_url(url: str | None) -> sa.URL:
+    """The SQLAlchemy URL for a store URL, a bare file path, or None (the default store)."""
+    text = (url or default_store_url()).strip()
+    if "://" not in text:
+        text = f"sqlite:///{Path(text).expanduser().resolve()}"
+    try:
+        parsed = sa.engine.make_url(text)
+    except sa.exc.ArgumentError:
+        raise UsageError(f"--store {text!r}: not a database URL; use sqlite:///PATH or "
+                         "postgresql://USER:PASSWORD@HOST:PORT/DB") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend in ("postgresql", "postgres") and driver in ("", "psycopg"):
+        return parsed.set(drivername="postgresql+psycopg")
+    if backend == "sqlite" and driver in ("", "pysqlite"):
+        if not parsed.database or parsed.database == ":memory:":
+            raise UsageError(f"--store {text!r}: needs a file; use sqlite:///PATH (a memory database keeps no runs)")
+        return parsed.set(drivername="sqlite")
+    raise UsageError(f"--store {redact(text)!r}: unsupported database {parsed.drivername!r}; "
+                     "use sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
+
+
+def create_engine(url: sa.URL, *, connect_timeout_s: int = 10) -> Engine:
+    """The engine for a resolved store URL (see :func:`resolve_url`)."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    query = dict(url.query)
+    query.setdefault("connect_timeout", str(connect_timeout_s))
+    return sa.create_engine(url.set(query=query), pool_pre_ping=True)
+
+
+def _sqlite_engine(url: sa.URL) -> Engine:
+    """A SQLite engine: WAL, foreign keys, a long busy timeout, and BEGIN IMMEDIATE transactions."""
+    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy's begin event issues BEGIN itself
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # take the write lock up front: a deferred transaction that reads then writes
+        # fails at once with "database is locked" instead of waiting its turn
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
