@@ -114,9 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _extensions():
         register(sub, score_sub)
+    from fieldeval.service import register_cli as register_service_cli
     from fieldeval.store_cli import register_cli
 
     register_cli(sub)
+    register_service_cli(sub)
     return parser
 
 
