@@ -131,8 +131,8 @@
   }
 
   $$("th.sortable").forEach((th) => th.addEventListener("click", () => sortBy(th)));
-  $$(".filters select, .filters input, .select-run").forEach((el) => el.addEventListener("input", applyFilters));
-  $$(".select-run").forEach((el) => el.addEventListener("change", applyFilters));
+  $$(".filters input").forEach((el) => el.addEventListener("input", applyFilters));
+  $$(".filters select, .select-run").forEach((el) => el.addEventListener("change", applyFilters));
   applyFilters();
   if (data.live) setInterval(poll, 2000);
 })();
