@@ -173,8 +173,8 @@ def check_endpoint(url: str) -> str:
     except ValueError:
         parts, host = None, None
     if parts is None or parts.scheme not in ("http", "https") or not host:
-        raise UsageError(f"--endpoint {text!r}: not an http(s) URL; pass the server's base URL, "
-                         "e.g. http://localhost:11434/v1")
+        kind = "not a URL" if "://" not in text else "not an http(s) URL"
+        raise UsageError(f"--endpoint {text!r}: {kind}; pass the server's base URL, e.g. http://localhost:11434/v1")
     if parts.username is not None or parts.password is not None:
         raise UsageError("--endpoint: credentials in the URL are refused (they would be stored in clear); "
                          "put the key in an environment variable or `llm keys set` and register the URL without them")
