@@ -33,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     for bench in benchmarks().values():
         if bench.register_cli is not None:
             bench.register_cli(groups)
+    from fieldeval.service import register_cli as register_service_cli
     from fieldeval.store_cli import register_cli
 
     register_cli(sub)
+    register_service_cli(sub)
     return parser
 
 

@@ -72,3 +72,48 @@ def register_endpoints(register: Callable[..., None], url: str | None = None) ->
         else:  # an older endpoint of the same name: only its model_id reaches it
             chat.model_id = async_chat.model_id = model_id
             register(chat, async_chat)
+
+
+def check_endpoint(url: str) -> str:
+    """The endpoint URL, stripped, after the checks every registration passes (CLI and HTTP alike).
+
+    Args:
+        url: an OpenAI-compatible base URL, e.g. ``http://localhost:11434/v1``.
+
+    Returns:
+        The URL without surrounding whitespace.
+
+    Raises:
+        UsageError: not http(s), no host, credentials in the URL, or a link-local host
+            (169.254.0.0/16, fe80::/10: cloud metadata services live there); loopback is allowed.
+
+    Example:
+        >>> check_endpoint(" http://localhost:11434/v1 ")
+        'http://localhost:11434/v1'
+    """
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from fieldeval.errors import UsageError
+
+    text = (url or "").strip()
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        kind = "not a URL" if "://" not in text else "not an http(s) URL"
+        raise UsageError(f"--endpoint {text!r}: {kind}; pass the server's base URL, e.g. http://localhost:11434/v1")
+    if parts.username is not None or parts.password is not None:
+        raise UsageError("--endpoint: credentials in the URL are refused (they would be stored in clear); "
+                         "put the key in an environment variable or `llm keys set` and register the URL without them")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:169.254.169.254 reaches the same host
+    if address is not None and (address.is_link_local or (mapped is not None and mapped.is_link_local)):
+        raise UsageError(f"--endpoint {text!r}: {host} is link-local (169.254.0.0/16, fe80::/10) and refused; "
+                         "register the model server's routable or loopback address")
+    return text

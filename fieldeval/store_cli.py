@@ -140,9 +140,12 @@ def _runs_delete(args: argparse.Namespace) -> int:
 
 
 def _models_add(args: argparse.Namespace) -> int:
+    from fieldeval.endpoints import check_endpoint
+
+    endpoint = check_endpoint(args.endpoint)
     with _store(args) as store:
         record, created = store.register_model(
-            args.name, args.endpoint, provider=args.provider, context_window=args.context_window,
+            args.name, endpoint, provider=args.provider, context_window=args.context_window,
             parameters_billion=args.parameters_billion, notes=args.notes)
     state = "registered" if created else "already registered"
     print(f"{record.model_id}  {record.name}  {record.endpoint}  {state} {record.registered_at}")

@@ -106,3 +106,19 @@ def test_models_add_with_a_bad_endpoint_exits_2(store_url, capsys):
 def test_a_bad_store_url_exits_2(capsys):
     assert main(["runs", "list", "--store", "oracle://db"]) == 2
     assert "unsupported database 'oracle'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("endpoint", "words"), [
+    ("http://user:secret@localhost:11434/v1", "environment variable or `llm keys set`"),
+    ("http://169.254.169.254/latest", "link-local"),
+    ("http://[::ffff:169.254.169.254]/v1", "link-local"),
+    ("file:///etc/passwd", "not an http(s) URL"),
+])
+def test_models_add_refuses_unsafe_endpoints(store_url, capsys, endpoint, words):
+    assert main(["models", "add", "x", "--endpoint", endpoint]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_models_add_allows_loopback(store_url, capsys):
+    assert main(["models", "add", "x", "--endpoint", "http://127.0.0.1:8080/v1"]) == 0

@@ -1,0 +1,102 @@
+"""The HTTP service and dashboard: ``fieldeval serve`` and ``fieldeval report``.
+
+``serve`` runs the FastAPI app (:func:`create_app`) on uvicorn, bound to
+loopback by default; any other address needs ``FIELDEVAL_API_TOKEN``, which
+every mutating request must then send as a bearer token. ``report`` writes the
+dashboard of some runs as one self-contained HTML file (a CI artifact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from pathlib import Path
+
+from fieldeval.errors import UsageError
+
+__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "register_cli", "render_report"]
+
+TOKEN_ENV = "FIELDEVAL_API_TOKEN"
+
+
+def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None):
+    """The FastAPI app on one store; see :func:`fieldeval.service.app.create_app`."""
+    from fieldeval.service.app import create_app as build
+
+    return build(store_url, evals_dir=evals_dir, token=token, work_dir=work_dir)
+
+
+def render_report(store_url: str | None, run_ids: list[str]) -> str:
+    """The dashboard of ``run_ids`` as one HTML document with Plotly and the data inlined."""
+    from fieldeval.service.dashboard import render
+    from fieldeval.store import open_store
+
+    with open_store(store_url) as store:
+        return render(store, run_ids=run_ids)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    token = os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(args.host) and not token:
+        raise UsageError(f"--host {args.host}: serving beyond loopback needs a token; "
+                         f"set {TOKEN_ENV} (clients send 'Authorization: Bearer <token>') or use --host 127.0.0.1")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: not a TCP port; pass 1-65535")
+    evals_dir = Path(args.evals_dir)
+    if not evals_dir.is_dir():
+        raise UsageError(f"--evals-dir {evals_dir}: no such folder; run from the project root or pass "
+                         "the folder with test_ibf.py, test_ebs.py and test_microbiorel.py")
+    import uvicorn
+
+    from fieldeval.store import default_store_url
+
+    app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token)
+    print(f"fieldeval: serving http://{args.host}:{args.port}/ (API docs at /docs)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    html = render_report(args.store, args.run_ids)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    print(f"wrote {out} ({len(args.run_ids)} run(s), {len(html) // 1024} KiB, self-contained)")
+    return 0
+
+
+def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParsersAction | None = None) -> None:
+    """Add the ``serve`` and ``report`` subcommands to the top-level subparsers.
+
+    Args:
+        sub: the subparsers of the ``fieldeval`` parser.
+        score_sub: unused; accepted so this fits the ``register(sub, score_sub)`` extension hook.
+
+    Example:
+        >>> register_cli(parser.add_subparsers(dest="command"))  # doctest: +SKIP
+    """
+    store_help = "sqlite:///PATH or postgresql://... (default: $FIELDEVAL_STORE, else reports/fieldeval.db)"
+    serve = sub.add_parser("serve", help="the HTTP API and dashboard (FastAPI on uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1; "
+                       f"anything but loopback needs ${TOKEN_ENV})")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    serve.add_argument("--store", metavar="URL", default=None, help=store_help)
+    serve.add_argument("--evals-dir", metavar="DIR", default="evals",
+                       help="folder of the benchmark modules the jobs run (default: evals)")
+    serve.set_defaults(func=_serve)
+    report = sub.add_parser("report", help="the dashboard of some runs as one self-contained HTML file")
+    report.add_argument("run_ids", metavar="RUN", nargs="+")
+    report.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("--store", metavar="URL", default=None, help=store_help)
+    report.set_defaults(func=_report)

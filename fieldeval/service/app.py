@@ -1,0 +1,263 @@
+"""The FastAPI application: the seed's endpoints for models and evaluations, and the dashboard at ``/``.
+
+Build it with :func:`create_app`; ``fieldeval serve`` runs it on uvicorn.
+Errors are JSON ``{"message": ...}``: 422 names the field, 404 the unknown run
+or model, 401 a mutating request without the bearer token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fieldeval.endpoints import check_endpoint
+from fieldeval.errors import UsageError
+from fieldeval.service import dashboard, views
+from fieldeval.service.jobs import JobTable, Runner
+
+BENCHMARK_NAMES = ("ibf", "ebs", "microbiorel")
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+class ModelIn(BaseModel):
+    """``POST /api/models``: the seed's registration body."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    name: str = Field(min_length=1, max_length=200)
+    endpoint: str = Field(min_length=1, max_length=2000)
+    provider: str | None = Field(default=None, max_length=200)
+    context_window: int | None = Field(default=None, gt=0)
+    parameters_billion: float | None = Field(default=None, gt=0)
+    notes: str | None = Field(default=None, max_length=5000)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_rules(cls, value: str) -> str:
+        try:
+            return check_endpoint(value)
+        except UsageError as error:
+            raise ValueError(str(error).removeprefix("--endpoint").lstrip(": ")) from None
+
+
+class EvaluationIn(BaseModel):
+    """``POST /api/evaluations``: the seed's body plus ``benchmark``."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    model_id: str = Field(min_length=1, max_length=200)
+    benchmark: Literal["ibf", "ebs", "microbiorel"] = "ibf"
+    corpus_version: str | None = Field(default=None, validate_default=True, max_length=200)
+    batch_size: int = Field(default=8, ge=1, le=256)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=512, ge=1, le=32768)
+    label: str | None = Field(default=None, max_length=500)
+
+    @field_validator("corpus_version")
+    @classmethod
+    def _corpus_for_ibf(cls, value: str | None, info: ValidationInfo) -> str | None:
+        benchmark = info.data.get("benchmark", "ibf")
+        if benchmark == "ibf":
+            from fieldeval.benchmarks.ibf.corpus import available_versions
+
+            if not value:
+                raise ValueError("required for an ibf evaluation, e.g. " + ", ".join(available_versions()))
+            if value not in available_versions():
+                raise ValueError(f"{value!r} is not a corpus version; choose from {', '.join(available_versions())}")
+        elif value:
+            raise ValueError(f"only ibf takes a corpus version; {benchmark} runs its pinned data, leave it out")
+        return value
+
+
+def plan_items(benchmark: str, corpus_version: str | None) -> int:
+    """How many items an evaluation of ``benchmark`` will run: its cases under default options."""
+    import dataclasses
+
+    from fieldeval.benchmark import get_benchmark
+
+    bench = get_benchmark(benchmark)
+    fields = {f.name for f in dataclasses.fields(bench.options)}
+    options = bench.options(**({"corpus_version": corpus_version} if "corpus_version" in fields else {}))
+    return len(bench.cases(bench.load(options)))
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"message": message, **extra}, status_code=status)
+
+
+def _field_errors(error: RequestValidationError) -> str:
+    """``corpus_version: required for an ibf evaluation`` for each invalid field."""
+    parts = []
+    for item in error.errors():
+        loc = [str(p) for p in item["loc"] if p not in ("body", "query", "path")]
+        msg = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{'.'.join(loc) or 'body'}: {msg}")
+    return "; ".join(parts)
+
+
+def _resolve_model(store, model_id: str) -> tuple[str, str | None]:
+    """``(--model id, registered model_id or None)`` for a registered model_id or name, or any llm model id."""
+    records = store.list_models()
+    latest = {record.name: record.model_id for record in records}
+    for record in records:
+        if model_id in (record.model_id, record.name):
+            name = record.name if latest[record.name] == record.model_id else record.model_id
+            return name, record.model_id if model_id == record.model_id else latest[record.name]
+    import llm
+
+    try:
+        llm.get_model(model_id)
+    except llm.UnknownModelError:
+        raise views.NotFound(f"model {model_id!r}: not registered and not an llm model; "
+                             "POST /api/models first or pass an id from `llm models`") from None
+    return model_id, None
+
+
+def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None) -> FastAPI:
+    """The service on one store.
+
+    Args:
+        store_url: the run store (SQLite path or URL, or PostgreSQL URL); jobs live in its database too.
+        evals_dir: the folder of ``test_<benchmark>.py`` modules the jobs run.
+        token: when set, every mutating request needs ``Authorization: Bearer <token>``.
+        work_dir: where job progress files go (default: a new temporary folder).
+
+    Returns:
+        The FastAPI app; its lifespan starts the job runner and marks jobs a previous server left as interrupted.
+
+    Example:
+        >>> app = create_app("sqlite:///reports/fieldeval.db", evals_dir=Path("evals"))  # doctest: +SKIP
+    """
+    from fieldeval.store import open_store
+
+    store = open_store(store_url)
+    jobs = JobTable(store.engine)
+    runner = Runner(jobs, store_url=_absolute(store_url), evals_dir=evals_dir.resolve(), work_dir=work_dir)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        jobs.interrupt_active()
+        runner.start()
+        yield
+        runner.stop()
+        store.close()
+
+    app = FastAPI(title="fieldeval", description="Register models, run evaluations, compare runs.",
+                  version="1", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def _require_token(request: Request, call_next):
+        if token and request.method not in SAFE_METHODS:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return JSONResponse({"message": "missing or wrong bearer token; send "
+                                                "'Authorization: Bearer $FIELDEVAL_API_TOKEN'"},
+                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        return _error(422, _field_errors(error), errors=[{"field": ".".join(str(p) for p in e["loc"][1:]),
+                                                          "message": str(e["msg"]).removeprefix("Value error, ")}
+                                                         for e in error.errors()])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, error: StarletteHTTPException) -> JSONResponse:
+        return _error(error.status_code, str(error.detail))
+
+    @app.exception_handler(views.NotFound)
+    async def _not_found(_: Request, error: views.NotFound) -> JSONResponse:
+        return _error(404, str(error))
+
+    @app.exception_handler(UsageError)
+    async def _usage(_: Request, error: UsageError) -> JSONResponse:
+        return _error(400, str(error))
+
+    @app.post("/api/models", status_code=201)
+    def register_model(body: ModelIn) -> JSONResponse:
+        """Register a model endpoint; idempotent on (name, endpoint): the same pair answers 200 and the record."""
+        fields = body.model_dump(exclude={"name", "endpoint"})
+        record, created = store.register_model(body.name, body.endpoint, **fields)
+        return JSONResponse({"model_id": record.model_id, "name": record.name, "registered_at": record.registered_at},
+                            status_code=201 if created else 200)
+
+    @app.get("/api/models")
+    def list_models() -> list[dict[str, Any]]:
+        """The registered models, oldest first."""
+        return [record.as_dict() for record in store.list_models()]
+
+    @app.post("/api/evaluations", status_code=202)
+    def start_evaluation(body: EvaluationIn) -> dict[str, Any]:
+        """Queue an evaluation; answers at once with the run id. Poll ``GET /api/evaluations/{run_id}``."""
+        model, model_id = _resolve_model(store, body.model_id)
+        total = plan_items(body.benchmark, body.corpus_version)
+        run_id = "run_" + secrets.token_hex(4)
+        jobs.add(run_id=run_id, benchmark=body.benchmark, model=model, model_id=model_id,
+                 corpus_version=body.corpus_version, label=body.label, total=total,
+                 options={"batch_size": body.batch_size, "temperature": body.temperature,
+                          "max_tokens": body.max_tokens})
+        estimate = views.estimate_seconds(jobs, benchmark=body.benchmark, model=model, total=total)
+        runner.submit(run_id)
+        return {"run_id": run_id, "status": "queued", "total_items": total, "estimated_seconds": estimate}
+
+    @app.get("/api/evaluations")
+    def list_evaluations(benchmark: str | None = None, model: str | None = None,
+                         corpus_version: str | None = None) -> list[dict[str, Any]]:
+        """Stored runs and the jobs without a stored run, oldest first, optionally filtered."""
+        return views.run_list(store, jobs, benchmark=benchmark, model=model, corpus_version=corpus_version)
+
+    @app.get("/api/evaluations/compare")
+    def compare(run_ids: str = Query(min_length=1, description="comma-separated run ids")) -> dict[str, Any]:
+        """The seed's side-by-side payload of stored runs."""
+        ids = [part.strip() for part in run_ids.split(",") if part.strip()]
+        stored = {run.run_id for run in store.list_runs()}
+        for run_id in ids:
+            if run_id not in stored:
+                raise views.NotFound(f"run {run_id!r}: not a stored run; only completed runs can be compared")
+        return store.compare(ids)
+
+    @app.get("/api/evaluations/{run_id}")
+    def get_evaluation(run_id: str) -> dict[str, Any]:
+        """The seed's per-run view, or the job's status and progress while it runs."""
+        return views.run_view(store, jobs, run_id)
+
+    @app.delete("/api/evaluations/{run_id}")
+    def delete_evaluation(run_id: str) -> dict[str, Any]:
+        """Hard-delete a stored run and its responses (and its job record)."""
+        job = jobs.get(run_id)
+        if views.is_active(job):
+            return _error(409, f"run {run_id!r} is {job.status}; wait until it ends, then delete it")
+        stored = run_id in {run.run_id for run in store.list_runs()}
+        if not stored and job is None:
+            raise views.NotFound(f"run {run_id!r}: no such run; GET /api/evaluations lists them")
+        responses = store.delete_run(run_id) if stored else 0
+        jobs.delete(run_id)
+        return {"run_id": run_id, "deleted": True, "responses_deleted": responses}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard_page() -> HTMLResponse:
+        return HTMLResponse(dashboard.render(store, jobs, live=True))
+
+    @app.get("/assets/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> FileResponse:
+        return FileResponse(dashboard.plotly_path(), media_type="application/javascript",
+                            headers={"Cache-Control": "max-age=86400"})
+
+    return app
+
+
+def _absolute(url: str) -> str:
+    """The store URL with a relative SQLite path made absolute (the jobs run in another folder)."""
+    from fieldeval.store import resolve_url
+
+    parsed = resolve_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database).is_absolute():
+        return f"sqlite:///{Path(parsed.database).resolve()}"
+    return url if "://" in url else f"sqlite:///{Path(url).expanduser().resolve()}"

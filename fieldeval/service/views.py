@@ -1,0 +1,129 @@
+"""What the API answers: the seed's per-run view, the runs list, and job progress, from the store and the jobs.
+
+Pure functions over a :class:`~fieldeval.store.Store` and a
+:class:`~fieldeval.service.jobs.JobTable`; the FastAPI routes only call these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fieldeval.errors import UsageError
+from fieldeval.service.jobs import ACTIVE, Job, JobTable
+
+IBF_DIMENSIONS = ["hazard_recognition", "impact_reasoning", "uncertainty_handling", "action_relevance",
+                  "geographic_specificity"]
+IBF_AGGREGATES = ["mean_dimension_score", "threshold_pass_rate"]
+DEFAULT_S_PER_ITEM = 1.25  # the seed's 340 items in about 420 s
+
+
+class NotFound(LookupError):
+    """An unknown run or model: the API answers 404 with this message."""
+
+
+def model_ids_by_name(store) -> dict[str, str]:
+    """The latest registered model_id of every registered name."""
+    return {record.name: record.model_id for record in store.list_models()}
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    """A job that has no stored run (yet): its status and progress."""
+    return {
+        "run_id": job.run_id, "model_id": job.model_id, "model_name": job.model, "label": job.label,
+        "benchmark": job.benchmark, "corpus_version": job.corpus_version, "status": job.status,
+        "created_at": job.created_at, "started_at": job.started_at, "completed_at": job.finished_at,
+        "total_items": job.total, "progress": {"done": job.done, "total": job.total, "errors": job.errors},
+        "returncode": job.returncode, "stderr_tail": job.stderr_tail if job.status == "failed" else None,
+    }
+
+
+def stored_view(run: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
+    """The seed's per-run view of a stored run, with every benchmark's headline metrics and their ci95.
+
+    IBF runs of one model also carry the seed's top-level ``scores``,
+    ``mean_dimension_score`` and ``threshold_pass_rate``.
+    """
+    models = list(run["models"])
+    versions = run["corpus_versions"]
+    view: dict[str, Any] = {
+        "run_id": run["run_id"], "model_id": model_id, "model_name": models[0] if len(models) == 1 else models,
+        "label": run["label"], "benchmark": run["benchmarks"][0] if len(run["benchmarks"]) == 1 else run["benchmarks"],
+        "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
+        "status": run["status"], "created_at": run["created_at"], "completed_at": run["completed_at"],
+        "total_items": run["total_items"], "legacy": run["legacy"],
+    }
+    ibf = run["metrics"].get("ibf", {})
+    if len(ibf) == 1:
+        (entry,) = ibf.values()
+        view["scores"] = {name: (entry.get(name) or {}).get("value") for name in IBF_DIMENSIONS}
+        for name in IBF_AGGREGATES:
+            view[name] = (entry.get(name) or {}).get("value")
+    view["metrics"] = {
+        bench: {model: {name: metrics[name] for name in run["headline"].get(bench, []) if name in metrics}
+                for model, metrics in by_model.items()}
+        for bench, by_model in run["metrics"].items()}
+    return view
+
+
+def run_view(store, jobs: JobTable, run_id: str) -> dict[str, Any]:
+    """``GET /api/evaluations/{run_id}``: the stored run, else the job's status; NotFound for neither."""
+    job = jobs.get(run_id)
+    if job is None or job.status == "completed":
+        try:
+            run = store.get_run(run_id)
+        except UsageError:  # not stored: the job (if any) says why
+            run = None
+        if run is not None:
+            model_id = job.model_id if job else None
+            if model_id is None and len(run["models"]) == 1:
+                model_id = model_ids_by_name(store).get(run["models"][0])
+            return stored_view(run, model_id=model_id)
+    if job is None:
+        raise NotFound(f"run {run_id!r}: no such run or job; GET /api/evaluations lists them")
+    return job_view(job)
+
+
+def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str | None = None,
+             corpus_version: str | None = None) -> list[dict[str, Any]]:
+    """``GET /api/evaluations``: stored runs, then jobs without a stored run (queued, running, failed...)."""
+    out = []
+    stored = set()
+    for run in store.list_runs(benchmark=benchmark, corpus_version=corpus_version):
+        stored.add(run.run_id)
+        if model and model not in run.models:
+            continue
+        versions = run.corpus_versions
+        out.append({"run_id": run.run_id, "label": run.label, "benchmarks": run.benchmarks, "models": run.models,
+                    "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
+                    "status": run.status, "total_items": run.total_items, "done": run.total_items,
+                    "created_at": run.created_at, "completed_at": run.completed_at, "legacy": run.legacy})
+    every_stored = {run.run_id for run in store.list_runs()}
+    for job in jobs.list():
+        if job.run_id in every_stored:
+            continue
+        if (benchmark and job.benchmark != benchmark) or (model and job.model != model) or (
+                corpus_version and job.corpus_version != corpus_version):
+            continue
+        out.append({"run_id": job.run_id, "label": job.label, "benchmarks": [job.benchmark], "models": [job.model],
+                    "corpus_version": job.corpus_version, "status": job.status, "total_items": job.total,
+                    "done": job.done, "created_at": job.created_at, "completed_at": job.finished_at,
+                    "legacy": False})
+    return out
+
+
+def estimate_seconds(jobs: JobTable, *, benchmark: str, model: str, total: int) -> int:
+    """Seconds a job of ``total`` items should take: the pace of this model's finished jobs, else the seed's."""
+    paces = []
+    for job in jobs.list(("completed",)):
+        if job.benchmark == benchmark and job.model == model and job.total and job.started_at and job.finished_at:
+            from fieldeval.store import parse_time
+
+            seconds = (parse_time(job.finished_at) - parse_time(job.started_at)).total_seconds()
+            paces.append(max(seconds, 1.0) / job.total)
+    pace = paces[-1] if paces else DEFAULT_S_PER_ITEM
+    return max(1, round(pace * total))
+
+
+def is_active(job: Job | None) -> bool:
+    """Whether the job still waits or runs."""
+    return job is not None and job.status in ACTIVE
