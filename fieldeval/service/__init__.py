@@ -30,9 +30,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 def render_report(store_url: str | None, run_ids: list[str]) -> str:
     """The dashboard of ``run_ids`` as one HTML document with Plotly and the data inlined."""
     from fieldeval.service.dashboard import render
-    from fieldeval.store import open_store
+    from fieldeval.store import declared_columns, open_store
 
-    with open_store(store_url) as store:
+    with open_store(store_url, columns=declared_columns()) as store:
         return render(store, run_ids=run_ids)
 
 
