@@ -147,12 +147,20 @@ class ModelClient:
     limits: CallLimits = field(default_factory=CallLimits)
     memo: Any = None
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def model(self, model_id: str):
+        """The llm model for an id, resolved once per client (llm's plugin loading is not thread-safe)."""
+        with self._lock:
+            if model_id not in self._models:
+                self._models[model_id] = resolve_model(model_id)
+            return self._models[model_id]
 
     def request(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                 max_tokens: int | None = None, schema: dict | None = None) -> Request:
         """Resolve a call: the llm model, the options it accepts, the schema when it supports one."""
-        model = resolve_model(model_id)
+        model = self.model(model_id)
         options = model_options(model, temperature=temperature, max_tokens=max_tokens)
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
         return Request(model_id, model.model_id, prompt, system, options, use_schema)
@@ -242,7 +250,8 @@ class ModelClient:
         with self.limits.slot(request.model_id):
             start = time.perf_counter()
             outcome: queue.Queue = queue.Queue(maxsize=1)
-            worker = threading.Thread(target=self._call, args=(request, outcome), daemon=True,
+            worker = threading.Thread(target=self._call, args=(self.model(request.model_id), request, outcome),
+                                      daemon=True,
                                       name=f"fieldeval-call-{request.model_id}")
             worker.start()
             try:
@@ -257,10 +266,9 @@ class ModelClient:
                                 getattr(usage, "input", None), getattr(usage, "output", None))
 
     @staticmethod
-    def _call(request: Request, outcome: queue.Queue) -> None:
+    def _call(model, request: Request, outcome: queue.Queue) -> None:
         """Run the llm call (in its own thread) and hand back the text and usage, or the exception."""
         try:
-            model = resolve_model(request.model_id)
             response = model.prompt(request.prompt, system=request.system, schema=request.schema,
                                     options=request.options)
             outcome.put((True, (response.text(), response.usage())))
