@@ -88,8 +88,12 @@ def retry_after(error: BaseException) -> float | None:
     try:
         return max(float(value), 0.0)
     except ValueError:
-        when = email.utils.parsedate_to_datetime(str(value)) if value else None
-        return None if when is None else max(when.timestamp() - time.time(), 0.0)
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
 
 
 def classify(model: str, error: BaseException) -> ModelCallError:

@@ -1,0 +1,129 @@
+"""Real-model runs at speed and safely: concurrency bound, timeouts, classified retries, Retry-After, progress."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fieldeval.failures import PermanentCallError, TransientCallError, classify, retry_after
+from fieldeval.limits import share
+from tests.calls_project import attempts, make_calls_project, max_in_flight, run_calls
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, headers: dict | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.response = type("Response", (), {"status_code": status, "headers": headers or {}})()
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 529])
+def test_rate_limits_timeouts_and_server_errors_are_transient(status):
+    assert isinstance(classify("m", _HTTPError(status)), TransientCallError)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_bad_requests_auth_and_unknown_models_are_permanent(status):
+    assert isinstance(classify("m", _HTTPError(status)), PermanentCallError)
+
+
+def test_a_missing_key_is_permanent_and_names_the_fix():
+    import llm
+
+    error = classify("anthropic/claude-haiku-4-5", llm.NeedsKeyException("No key found"))
+    assert isinstance(error, PermanentCallError) and "llm keys set anthropic" in str(error)
+
+
+def test_a_context_too_long_is_permanent_whatever_its_class():
+    assert isinstance(classify("m", RuntimeError("This model's maximum context length is 8192 tokens")),
+                      PermanentCallError)
+
+
+def test_connection_errors_and_unknown_errors_are_transient():
+    assert isinstance(classify("m", ConnectionError("reset")), TransientCallError)
+    assert isinstance(classify("m", RuntimeError("provider exploded")), TransientCallError)
+
+
+@pytest.mark.parametrize(("headers", "seconds"), [({"retry-after": "3"}, 3.0), ({"retry-after-ms": "1500"}, 1.5),
+                                                  ({}, None), ({"retry-after": "soon"}, None)])
+def test_retry_after_is_read_from_the_response_headers(headers, seconds):
+    assert retry_after(_HTTPError(429, headers)) == seconds
+
+
+@pytest.mark.parametrize(("total", "count"), [(16, 1), (16, 2), (32, 3), (5, 4), (7, 7)])
+def test_worker_shares_of_the_concurrency_bound_add_up_to_it(total, count):
+    assert sum(share(total, i, count) for i in range(count)) == total
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    return make_calls_project(pytester, cases=30)
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_the_concurrency_bound_is_never_exceeded(project, monkeypatch, workers):
+    monkeypatch.setenv("FAKE_DELAY", "0.2")
+    result, report = run_calls(project, "fake-slow", "--concurrency", "4", "-n", workers)
+    result.assert_outcomes(passed=30)
+    assert 2 <= max_in_flight(project) <= 4  # calls do overlap, and never more than the bound
+    assert report["evals"]["benchmarks"]["ebs"]["fake-slow"]["items"] == 30
+
+
+def test_transient_failures_are_retried_and_every_item_is_scored(project):
+    # a fifth of the items fail once with a 503; the numbers equal those of a model that never fails
+    flaky, report = run_calls(project, "fake-flaky", "--concurrency", "8")
+    flaky.assert_outcomes(passed=30)
+    failed_once = {a["place"] for a in attempts(project) if sum(b["place"] == a["place"] for b in attempts(project)) > 1}
+    assert failed_once and len(attempts(project)) == 30 + len(failed_once)
+    clean, clean_report = run_calls(project, "fake-slow", "--concurrency", "8")
+    strip = lambda r, m: {k: v for k, v in r["evals"]["benchmarks"]["ebs"][m].items() if k != "totals"}
+    assert strip(report, "fake-flaky") == strip(clean_report, "fake-slow")
+
+
+def test_a_hung_model_errors_after_timeout_and_retries_and_the_session_completes(project):
+    start = time.monotonic()
+    result, report = run_calls(project, "fake-hang", "--call-timeout", "0.5", "--retries", "1", "--concurrency", "30")
+    assert time.monotonic() - start < 120
+    result.assert_outcomes(failed=30)
+    assert report["evals"]["benchmarks"]["ebs"]["fake-hang"]["errors"] == 30
+    result.stdout.fnmatch_lines(["*fake-hang: no response after 2 attempt(s): TimeoutError: no answer within "
+                                 "--call-timeout 0.5 s*"])
+    assert len(attempts(project)) == 60  # two attempts per item, never more
+
+
+def test_a_429_with_retry_after_waits_that_long(pytester):
+    project = make_calls_project(pytester, cases=1)
+    result, _ = run_calls(project, "fake-429", "-n", "0")
+    result.assert_outcomes(passed=1)
+    first, second = attempts(project)
+    assert second["t"] - first["t"] >= 3.0
+
+
+def test_a_missing_key_ends_the_model_at_once_with_the_fix(pytester):
+    project = make_calls_project(pytester, cases=100)
+    start = time.monotonic()
+    result, report = run_calls(project, "fake-nokey", "-n", "2")
+    assert time.monotonic() - start < 15 + 10  # the session's own start-up (two workers) is the 10
+    result.assert_outcomes(failed=100)
+    assert len(attempts(project)) <= 2 * 16  # never retried; at most the calls already in flight
+    result.stdout.fnmatch_lines(["*fake-nokey failed permanently, its remaining items are skipped: "
+                                 "NeedsKeyException: No key found - add one using 'llm keys set openai'*"])
+    assert report["evals"]["benchmarks"]["ebs"]["fake-nokey"]["errors"] == 100
+    assert "Traceback" not in result.stdout.str()
+    # per item: pytest's section header, its worker line, our one line, and the short summary line
+    assert len(result.stdout.lines) < 4 * 100 + 60
+
+
+def test_failed_calls_are_one_line_each_not_tracebacks(project):
+    result, _ = run_calls(project, "fake-nokey", "-n", "0", "--cache", "off")
+    out = result.stdout.str()
+    assert "def test_ebs" not in out and "client.complete(" not in out
+    result.stdout.fnmatch_lines(["*fieldeval errors: ebs fake-nokey: 30 item(s) failed:*"])
+
+
+def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
+    monkeypatch.setenv("FAKE_DELAY", "0.05")
+    result, _ = run_calls(project, "fake-slow", "--concurrency", "2")
+    result.stdout.fnmatch_lines(["fieldeval progress: ebs fake-slow: */30 items, 0 error(s), * items/s*"])
+    quiet, _ = run_calls(project, "fake-slow", "--concurrency", "2", "-q")
+    assert "fieldeval progress" not in quiet.stdout.str()
