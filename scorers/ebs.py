@@ -9,7 +9,9 @@ hierarchy_score is 1.0 for an exact match, ``max(0, 1 - 0.10 d)`` for a
 descendant ``d`` is_a hops below the truth, ``max(0, 1 - 0.15 d)`` for an
 ancestor ``d`` hops above it, and 0 when unrelated. enum_score is 1 when the
 predicted CURIE is in the template's allowed set, 0 when it is not, and 0.5
-when the template has no set. A response that does not parse scores 0.
+when the template has no set. A response that does not parse scores 0, and
+its ``curie_label_valid`` and ``in_template_enum`` are None (blank), as
+upstream leaves them: a rate of either counts parsed responses only.
 
 Everything here is pure: the ontology arrives as an :class:`OntologyIndex`
 built once by the engine.
@@ -102,11 +104,13 @@ class EbsScore:
         parse_success: the response matched ``label [CURIE]`` strictly.
         pred_curie, pred_label: the parsed prediction (None on parse failure).
         truth_curie, truth_label: the parsed ground truth.
-        curie_label_valid: the CURIE's ENVO label equals the stated label, ignoring case.
+        curie_label_valid: the CURIE's ENVO label equals the stated label, ignoring case
+            (None when the response does not parse, as upstream leaves it blank).
         exact_match: predicted CURIE equals the truth CURIE.
         relationship: exact / descendant / ancestor / unrelated (None when either side does not parse).
         hop_distance: shortest is_a path between prediction and truth (None when unrelated).
-        in_template_enum: the CURIE is in the template's allowed set (None when the template has none).
+        in_template_enum: the CURIE is in the template's allowed set (None when the template has none
+            or the response does not parse).
         hierarchy_score: the hierarchy component, 0-1.
         enum_score: the enum component: 1, 0 or 0.5 (neutral).
         ontology_score: the composite score, 0-1.
@@ -118,7 +122,7 @@ class EbsScore:
     pred_label: str | None
     truth_curie: str | None
     truth_label: str | None
-    curie_label_valid: bool
+    curie_label_valid: bool | None
     exact_match: bool
     relationship: Relationship | None
     hop_distance: int | None
@@ -196,7 +200,6 @@ def score_ebs(
     """
     truth = parse_label_curie(ideal)
     pred = parse_label_curie(response)
-    in_enum: bool | None = None if allowed is None else (pred is not None and pred.curie in allowed)
     lenient = _CURIE_IN_PROSE.search(response or "")
     lenient_curie = lenient.group(1) if lenient else None
     if pred is None:
@@ -206,16 +209,17 @@ def score_ebs(
             pred_label=None,
             truth_curie=truth.curie if truth else None,
             truth_label=truth.label if truth else None,
-            curie_label_valid=False,
+            curie_label_valid=None,
             exact_match=False,
             relationship=None,
             hop_distance=None,
-            in_template_enum=in_enum,
+            in_template_enum=None,
             hierarchy_score=0.0,
             enum_score=0.0,
             ontology_score=0.0,
             lenient_curie=lenient_curie,
         )
+    in_enum = None if allowed is None else pred.curie in allowed
     canonical = index.label(pred.curie)
     label_valid = canonical is not None and canonical.casefold() == pred.label.casefold()
     relationship: Relationship | None = None

@@ -21,11 +21,12 @@ Everything here is pure: text and references in, numbers out.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from scorers.ibf_reference import reference_scores
 
 DIMENSIONS: tuple[str, ...] = (
     "hazard_recognition",
@@ -43,38 +44,6 @@ MDS_PARTIAL = 2.0
 TPR_MINIMUM = 0.4
 
 Band = Literal["strong", "partial", "unsuitable"]
-
-_STOPWORDS = frozenset(
-    "a an and are as at be by for from in into is it its of on or over the their to up with within per than "
-    "s".split()
-)
-_STEM = 6
-_WORD = re.compile(r"[a-z0-9]+")
-_NUMBER = re.compile(r"\d[\d,.]*")
-
-# any of these stems anywhere means the response talks about some hazard (rubric level 1)
-_HAZARD_WORDS = ("flood", "inunda", "cyclon", "hurric", "typhoo", "storm", "surge", "drough", "heatwa", "heat",
-                 "cold", "frost", "landsl", "mudsli", "debris", "rain", "wildfi", "fire", "tsunam", "dzud",
-                 "snow", "wind", "erupti", "volcan", "dry", "hail")
-_IMPACT_WORDS = ("impact", "affect", "damage", "loss", "losses", "disrup", "harm", "casual", "death", "injur",
-                 "vulner", "expose", "exposu", "risk")
-_ACTION_WORDS = ("prepos", "pre", "evacua", "warn", "alert", "cash", "distri", "stockp", "mobili", "shelte",
-                 "suppli", "prepar", "protec", "relief", "respon")
-_HEDGE_WORDS = ("uncert", "may", "might", "could", "likely", "unlike", "probab", "possib", "chance", "confid",
-                "range", "scenar", "error", "margin", "depend", "sensit", "variab", "assump", "unknow", "estima",
-                "uncerta")
-_QUANTIFIERS = re.compile(
-    r"(±|\+/-|\bplus or minus\b|\d\s*(%|per ?cent)|\b\d+\s*(in|out of)\s*\d+\b|\bprobabilit\w*\s+(of\s+)?\d"
-    r"|\b0?\.\d+\s+probability|\bbetween\s+\d[\d,.]*\s*(and|-)\s*\d|\b\d[\d,.]*\s*(-|–|to)\s*\d[\d,.]*\s*"
-    r"(%|mm|m|cm|hours?|days?|m³/s|m3/s|km/h|°c|c\b))",
-    re.IGNORECASE,
-)
-_OVERCONFIDENT = re.compile(
-    r"\b(will (certainly|definitely|surely)|certain to|guaranteed|no doubt|without (any )?doubt|100 ?%"
-    r"|there is no uncertainty|will not happen)\b",
-    re.IGNORECASE,
-)
-
 
 @dataclass(frozen=True)
 class IbfScore:
@@ -242,106 +211,10 @@ def reading(mds: float | None, tpr: float | None) -> dict:
 # --- the reference scorer ---------------------------------------------------------------------
 
 
-def _stems(text: str) -> set[str]:
-    words = _WORD.findall(text.lower().replace("³", "3"))
-    return {w[:_STEM] for w in words if w not in _STOPWORDS}
-
-
-def _content(phrase: str) -> list[str]:
-    words = _WORD.findall(phrase.lower().replace("³", "3"))
-    return list(dict.fromkeys(w[:_STEM] for w in words if w not in _STOPWORDS))
-
-
-def phrase_matches(phrase: str, stems: set[str], *, require_all: bool = False,
-                   ignore: frozenset[str] = frozenset()) -> bool:
-    """Whether a reference phrase is present: at least half (or all) of its content-word stems occur.
-
-    Words are lower-cased, stop words dropped and cut to their first six
-    letters, so "pre-positioning relief supplies" matches "pre-position relief
-    supplies". Stems in ``ignore`` (the hazard's own name) do not count, so
-    restating "heatwave" does not name "duration of the heatwave".
-    """
-    words = [w for w in _content(phrase) if w not in ignore]
-    if not words:
-        return False
-    hits = sum(w in stems for w in words)
-    return hits == len(words) if require_all else hits >= math.ceil(len(words) / 2)
-
-
-def _count(phrases: Iterable[str], stems: set[str], ignore: frozenset[str] = frozenset()) -> int:
-    return sum(phrase_matches(p, stems, ignore=ignore) for p in phrases)
-
-
-# words every restated alert carries; they never name an impact, uncertainty or action by themselves
-_ALERT_STEMS = frozenset({"foreca", "warnin", "alert", "issued"})
-
-
-def _hazard_stems(refs: Mapping) -> frozenset[str]:
-    names = [refs.get("type", ""), *refs.get("synonyms", [])]
-    return _ALERT_STEMS | {w for n in names for w in _content(n)}
-
-
-def _any_stem(prefixes: Iterable[str], stems: set[str]) -> bool:
-    return any(s.startswith(p) for p in prefixes for s in stems)
-
-
-def _hazard(refs: Mapping, stems: set[str]) -> int:
-    names = [refs.get("type", ""), *refs.get("synonyms", [])]
-    if any(phrase_matches(n, stems, require_all=True) for n in names if n):
-        indicators = refs.get("indicators", [])
-        quantified = any(phrase_matches(i, stems, require_all=True) for i in indicators)
-        return 4 if quantified else 3
-    if any(w in stems for n in names for w in _content(n)):
-        return 2
-    return 1 if _any_stem(_HAZARD_WORDS, stems) else 0
-
-
-def _impacts(refs: Mapping, stems: set[str], ignore: frozenset[str]) -> int:
-    covered = sum(_count(refs.get(kind, []), stems, ignore) > 0 for kind in ("societal", "agricultural", "infrastructure"))
-    if covered:
-        return 1 + covered
-    return 1 if _any_stem(_IMPACT_WORDS, stems) else 0
-
-
-def _uncertainty(refs: Sequence[str], stems: set[str], text: str, ignore: frozenset[str]) -> int:
-    key = _count(refs, stems, ignore)
-    acknowledged = _any_stem(_HEDGE_WORDS, stems) or key > 0
-    if not acknowledged:
-        return 0
-    quantified = _QUANTIFIERS.search(text) is not None
-    points = 1 + int(quantified) + min(key, 2)
-    if _OVERCONFIDENT.search(text):
-        points -= 1
-    return max(0, min(points, MAX_SCORE))
-
-
-def _actions(refs: Sequence[str], stems: set[str], ignore: frozenset[str]) -> int:
-    matched = _count(refs, stems, ignore)
-    if matched:
-        return min(1 + matched, MAX_SCORE)
-    return 1 if _any_stem(_ACTION_WORDS, stems) else 0
-
-
-def _geography(refs: Mapping, stems: set[str]) -> int:
-    def named(key: str) -> bool:
-        value = refs.get(key) or []
-        values = [value] if isinstance(value, str) else value
-        return any(phrase_matches(v, stems, require_all=True) for v in values if v)
-
-    country, admin1, admin2, features = named("country"), named("admin1"), named("admin2"), named("features")
-    if admin2 and (country or admin1):
-        return 4
-    if admin1 or admin2:
-        return 3
-    if country:
-        return 2
-    return 1 if features else 0
-
-
 def score_reference(response: str, references: Mapping) -> IbfScore:
     """Score a response 0-4 on each dimension from the item's reference notes, deterministically.
 
-    Matching is lexical: a reference phrase counts as present when at least
+    Matching is lexical (no model, no I/O): a reference phrase counts as present when at least
     half of its content words (all of them for hazard names and place names)
     occur in the response, comparing the first six letters of each word; the
     hazard's own name (and "forecast", "warning", "alert") never counts towards an impact, uncertainty or action.
@@ -350,11 +223,18 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
 
     * hazard_recognition: 4 the hazard type or a synonym is named *and* one of
       its magnitude indicators (e.g. "discharge", "wind speed", "SPI");
-      3 the hazard is named; 2 only part of its name (e.g. "flood" for a flash
-      flood); 1 some other hazard word; 0 none.
+      3 the hazard is named; otherwise the evidence in everyday words counts
+      (part of its name, e.g. "flood" for a flash flood, and each everyday
+      descriptor of its type, e.g. "the river will burst its banks" for a
+      riverine flood, see :mod:`scorers.ibf_lexicon`): 3 for two pieces or
+      more, 2 for one; 1 when another hazard type has more evidence (a
+      different hazard) or only some other hazard word occurs; 0 none.
     * impact_reasoning: 1 + the number of impact kinds (societal, agricultural,
       infrastructure) with at least one expected impact named, so 4 needs all
-      three; 1 also for generic impact words only; 0 none.
+      three; 2 when impacts are told only in everyday words (a thing that gets
+      hurt, "homes", "herds", near a harm, "swept away", "starve"); 1 for
+      generic impact words only; 0 none. An answer about a different hazard
+      gets at most 1.
     * uncertainty_handling: 0 when uncertainty is never acknowledged (no hedge
       word and no key uncertainty); otherwise 1 + 1 if it is quantified (a
       percentage, a ± or a range) + the key uncertainties named (at most 2),
@@ -381,18 +261,7 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
         >>> score_reference("Peak discharge of the flood ...", refs).hazard_recognition
         4
     """
-    text = response or ""
-    stems = _stems(text)
-    hazard = references.get("hazard", {})
-    ignore = _hazard_stems(hazard)
-    return IbfScore(
-        hazard_recognition=_hazard(hazard, stems),
-        impact_reasoning=_impacts(references.get("impacts", {}), stems, ignore),
-        uncertainty_handling=_uncertainty(references.get("uncertainties", []), stems, text, ignore),
-        action_relevance=_actions(references.get("actions", []), stems, ignore),
-        geographic_specificity=_geography(references.get("geography", {}), stems),
-        scorer=REFERENCE_SCORER,
-    )
+    return IbfScore(**reference_scores(response, references), scorer=REFERENCE_SCORER)
 
 
 # --- the judge ----------------------------------------------------------------------------------

@@ -138,3 +138,12 @@ def test_exact_valid_label_in_enum_scores_one(tiny_index, tiny_enums, curie, cas
 def test_parse_failure_scores_zero(tiny_index, tiny_enums, text, template):
     score = score_ebs(text, FOREST, index=tiny_index, allowed=tiny_enums.get(template))
     assert (score.parse_success, score.ontology_score) == (False, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text().filter(lambda s: parse_label_curie(s) is None), template=templates)
+def test_parse_failure_leaves_label_validity_and_enum_blank_not_false(tiny_index, tiny_enums, text, template):
+    # upstream NMDC leaves both blank on a parse failure; False would count against the rates
+    score = score_ebs(text, FOREST, index=tiny_index, allowed=tiny_enums.get(template))
+    assert (score.curie_label_valid, score.in_template_enum) == (None, None)
+    assert (score.enum_score, score.ontology_score) == (0.0, 0.0)

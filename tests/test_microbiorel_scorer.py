@@ -208,3 +208,19 @@ def test_normaliser_maps_none_response_to_invalid():
 
 def test_normaliser_returns_the_canonical_spelling():
     assert normalize_relation("location_OF") == "Location_of"
+
+
+# literal "None" answers, as a model writes them; the row mirrors what evals/test_microbiorel.py records
+LITERAL_NONE_ANSWERS = ["None", "none", "NONE", "None.", ' "None" ', "Answer: None", "None\n"]
+
+
+def test_literal_none_answer_is_the_none_class_and_its_text_is_kept(snapshot):
+    # regression: the text "None" must never be confused with the Python None (invalid) nor blanked on write
+    assert normalize_relation("None") == "None"
+    rows = []
+    for text in LITERAL_NONE_ANSWERS:
+        prediction = normalize_relation(text)
+        rows.append({"response_text": text, "prediction": prediction, "valid": prediction is not None,
+                     "correct": prediction == "None"})
+    assert all(row["response_text"] == text for row, text in zip(rows, LITERAL_NONE_ANSWERS))
+    assert rows == snapshot.use_extension(JSONSnapshotExtension)
