@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval.benchmarks.ibf import load_corpus
+from fieldeval.benchmarks.ibf.corpus import load_corpus
 from scorers.ibf import DIMENSIONS, score_reference
 from scorers.ibf_lexicon import HAZARD_DESCRIPTORS, HAZARD_NAMES
 

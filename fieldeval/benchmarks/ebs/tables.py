@@ -88,12 +88,9 @@ def summary_lines(df) -> list[str]:
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     """Per-metric values with bootstrap intervals, relationship counts and per-stratum scores."""
     out: dict = {}
-    for metric in METRICS[:-1]:
-        out[metric] = mean_metric([float(r[metric]) for r in rows], seed=seed, resamples=resamples)
-    out["in_template_enum"] = mean_metric(
-        [float(r["in_template_enum"]) for r in rows if r["in_template_enum"] is not None],
-        seed=seed, resamples=resamples,
-    )
+    for metric in METRICS:  # curie_label_valid and in_template_enum are None where they do not apply
+        out[metric] = mean_metric([float(r[metric]) for r in rows if r[metric] is not None],
+                                  seed=seed, resamples=resamples)
     counts = Counter(r["relationship"] or "parse_failure" for r in rows)
     out["relationship_counts"] = {k: counts.get(k, 0) for k in
                                   ["exact", "descendant", "ancestor", "unrelated", "parse_failure"]}
