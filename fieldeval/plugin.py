@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import fieldeval.store  # noqa: F401  (the controller stores every run; imported with the plugin, once)
+import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
 from fieldeval.benchmark import benchmarks
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError

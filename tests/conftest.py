@@ -7,10 +7,6 @@ from pathlib import Path
 
 import pytest
 
-# Imported once here, before any in-process pytester run: pytester restores sys.modules after each
-# run, and a SQLAlchemy first imported inside one would be imported twice and break its internals.
-import fieldeval.store.core  # noqa: F401  (fieldeval.store itself loads SQLAlchemy lazily)
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY_OBO = ROOT / "fixtures" / "ontology" / "tiny.obo"
 TINY_ENUMS = ROOT / "fixtures" / "enum_tiny"
