@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from scorers.ibf_reference import reference_scores
 
 DIMENSIONS: tuple[str, ...] = (
@@ -130,6 +132,25 @@ def mean_dimension_score(dimension_means: Sequence[float | None]) -> float | Non
     return sum(present) / len(present) if present else None
 
 
+def mds_batch(samples: np.ndarray) -> np.ndarray:
+    """MDS of each of ``k`` samples shaped (k, items, 5), NaN for unscored: nan-aware dimension means, then their mean.
+
+    The one implementation of MDS over items: a run's value is ``mds_batch(matrix[np.newaxis])[0]``
+    and its bootstrap passes every resample at once.
+
+    Example:
+        >>> float(mds_batch(np.array([[[4, 3, 3, 4, 3], [2, np.nan, 1, 2, 3]]]))[0])
+        2.8
+    """
+    scored = ~np.isnan(samples)
+    counts = scored.sum(axis=1)
+    sums = np.where(scored, samples, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+        present = ~np.isnan(means)
+        return np.where(present, means, 0.0).sum(axis=1) / present.sum(axis=1)
+
+
 def passes_threshold(scores: Sequence[int | None], *, threshold: int = PASS_THRESHOLD) -> bool | None:
     """Whether all five scores reach ``threshold``; None when any is unscored.
 
@@ -176,9 +197,11 @@ def run_scores(items: Iterable[Sequence[int | None]]) -> dict:
     """
     rows = [tuple(s) for s in items]
     means = {name: dimension_mean(r[i] for r in rows) for i, name in enumerate(DIMENSIONS)}
+    matrix = np.array([[np.nan if v is None else float(v) for v in r] for r in rows], dtype=float)
+    mds = float(mds_batch(matrix.reshape(1, len(rows), len(DIMENSIONS)))[0]) if rows else float("nan")
     return {
         "scores": means,
-        "mean_dimension_score": mean_dimension_score(list(means.values())),
+        "mean_dimension_score": None if mds != mds else mds,
         "threshold_pass_rate": threshold_pass_rate(rows),
         "total_items": len(rows),
     }

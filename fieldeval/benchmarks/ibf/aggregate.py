@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from fieldeval.stats import mean_metric, statistic_metric
-from scorers.ibf import DIMENSIONS, PASS_THRESHOLD, reading
+from scorers.ibf import DIMENSIONS, PASS_THRESHOLD, mds_batch, reading
 
 def score_matrix(rows: list[dict]) -> np.ndarray:
     """An (items, 5) float matrix of scores with NaN for unscored dimensions."""
@@ -15,22 +15,10 @@ def score_matrix(rows: list[dict]) -> np.ndarray:
                     dtype=float).reshape(len(rows), len(DIMENSIONS))
 
 
-def _mds_of(samples: np.ndarray) -> np.ndarray:
-    """MDS of each of ``k`` samples shaped (k, n, 5): nan-aware dimension means, then their mean."""
-    scored = ~np.isnan(samples)
-    counts = scored.sum(axis=1)
-    sums = np.where(scored, samples, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = sums / counts
-    present = ~np.isnan(means)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(present, means, 0.0).sum(axis=1) / present.sum(axis=1)
-
-
 def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
     """MDS with a seeded bootstrap ci95 that resamples items (items with no score at all are left out)."""
     data = score_matrix(rows)
-    return statistic_metric(data[~np.isnan(data).all(axis=1)], _mds_of, seed=seed, resamples=resamples)
+    return statistic_metric(data[~np.isnan(data).all(axis=1)], mds_batch, seed=seed, resamples=resamples)
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
