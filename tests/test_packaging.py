@@ -10,7 +10,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import ROOT, TINY_ENUMS, TINY_OBO
 
