@@ -218,11 +218,10 @@ class EvalSession:
                     row = json.loads(value)
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
-        if report.when == "call" or report.failed:
-            if report.when == "call" or report.when == "setup":
-                self.progress.finish(key, failed=report.failed)
-                self._write_progress()
-                self._draw_progress()
+        if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
+            self.progress.finish(key, failed=report.failed)
+            self._write_progress()
+            self._draw_progress()
 
     def _announce_permanent(self, model: str, error: dict) -> None:
         if error.get("kind") != "permanent" or model in self._announced:
@@ -327,7 +326,9 @@ class EvalSession:
         return "completed" if normal and done >= planned else "interrupted"
 
     def save_run(self, exitstatus: int) -> None:
-        """Store the finished session as an immutable run (controller only)."""
+        """Store the finished session as an immutable run, and mark the progress file (controller only)."""
+        self.progress.status = self.run_status(exitstatus)
+        self._write_progress()
         url = self.options.store or os.environ.get("FIELDEVAL_STORE")
         if url is not None and url.lower() == "none":
             return
