@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +16,7 @@ from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
 from fieldeval.store import MIGRATIONS, evaluation_responses, open_store
 from fieldeval.store.schema import GENERIC
+from tests.conftest import fresh_pg_store
 from tests.store_columns import IBF_COLUMNS
 
 # The seed's compare payload (002, "Comparing runs via API"), numbers as written there.
@@ -77,30 +76,14 @@ def ebs_run(run_id: str, models: dict[str, float], *, started_at: str = "2026-06
             "benchmarks": {"ebs": bench}}, {"ebs": rows}
 
 
-def pg_schema_url(base: str, schema: str) -> str:
-    """The PostgreSQL URL with its search_path set to one schema (a fresh store per test)."""
-    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     """A fresh, empty store URL on each backend."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    base = os.environ.get("FIELDEVAL_TEST_PG")
-    if not base:
-        pytest.skip("FIELDEVAL_TEST_PG is not set; run `eval \"$(.ci/postgres.sh)\"` to test PostgreSQL")
-    import psycopg
-
-    schema = "t_" + secrets.token_hex(4)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield pg_schema_url(base, schema)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_pg_store() as url:
+        yield url
 
 
 @pytest.fixture
