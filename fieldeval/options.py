@@ -68,6 +68,10 @@ class EngineOptions:
         "--run-label", metavar="LABEL", help="human-readable tag of this run in the store"))
     run_id: str | None = field(default=None, metadata=option(
         "--run-id", metavar="RUN_ID", help="id of the stored run (default: run_ and 8 random hex digits)"))
+    run_group: str | None = field(default=None, metadata=option(
+        "--run-group", metavar="NAME",
+        help="tie this run to the other shards of one sharded run (pytest-split --splits N --group K); "
+             "merge them with `fieldeval runs merge NAME` (default: $GITHUB_RUN_ID when set)"))
     progress_file: str | None = field(default=None, metadata=option(
         "--progress-file", metavar="PATH",
         help="keep a JSON file of items planned, done and errored up to date while the run goes"))

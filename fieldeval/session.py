@@ -255,23 +255,10 @@ class EvalSession:
         """``report["evals"]``: run id, ontology version, and every benchmark's metrics per model."""
         if self._payload is not None:
             return self._payload
-        from fieldeval.totals import model_totals
+        from fieldeval.entries import benchmark_entries
 
-        out: dict[str, dict] = {}
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
-        for name in sorted({*self.rows, *(bench for bench, _ in self.errors)}):
-            by_model: dict[str, list[dict]] = defaultdict(list)
-            for row in self.sorted_rows(name):
-                by_model[row["model"]].append(row)
-            models = sorted({*by_model, *(m for b, m in self.errors if b == name)})
-            out[name] = {}
-            for model in models:
-                rows = by_model.get(model, [])
-                entry = self.benchmark(name).aggregate(rows, seed=self.options.seed, resamples=self.options.resamples)
-                entry["items"] = len(rows) + self.errors[(name, model)]
-                entry["errors"] = self.errors[(name, model)]
-                entry["totals"] = model_totals(rows)
-                out[name][model] = entry
+        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples)
         all_rows = [row for rows in self.rows.values() for row in rows]
         self._payload = {
             "run_id": self.run_id,
@@ -286,19 +273,9 @@ class EvalSession:
         return self._payload
 
     def _gate_results(self, out: dict) -> list[dict]:
-        on = self.options.gate_on
-        results = []
-        for gate in self.gates:
-            for model, entry in out.get(gate.bench, {}).items():
-                if gate.model is not None and gate.model != model:
-                    continue
-                value = (entry.get(gate.metric) or {}).get("value")
-                if on == "lower" and value is not None:
-                    value = entry[gate.metric]["ci95"][0]
-                results.append({"metric": f"{gate.bench}.{gate.metric}", "model": model, "gate_on": on,
-                                "value": value, "threshold": gate.threshold,
-                                "passed": value is not None and value >= gate.threshold})
-        return results
+        from fieldeval.entries import gate_results
+
+        return gate_results(self.gates, out, self.options.gate_on)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -332,6 +309,7 @@ class EvalSession:
         url = self.options.store or os.environ.get("FIELDEVAL_STORE")
         if url is not None and url.lower() == "none":
             return
+        from fieldeval.shards import run_group_meta
         from fieldeval.store import declared_columns, open_store
 
         metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
@@ -342,6 +320,7 @@ class EvalSession:
             "git_commit": _git_commit(self.config.rootpath),
             "status": self.run_status(exitstatus),
             "completed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **run_group_meta(self),
         }
         default = self.config.rootpath / "reports" / "fieldeval.db"
         try:

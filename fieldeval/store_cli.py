@@ -132,6 +132,34 @@ def _runs_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs_merge(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from fieldeval.settings import tool_settings
+    from fieldeval.store.groups import merge_group
+    from fieldeval.summary import render_markdown, render_summary
+
+    tool = tool_settings(Path.cwd())
+    with _store(args) as store:
+        merged = merge_group(store, args.group, tool)
+        run = store.get_run(merged.run_id) if args.json else None
+    summary_md = args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_md:
+        with open(summary_md, "a", encoding="utf-8") as handle:
+            handle.write(render_markdown(merged.payload))
+    if run is not None:
+        print(json.dumps(run, indent=2, sort_keys=True, default=str))
+    else:
+        print(f"merged {len(merged.shards)} shards of run group {args.group} into {merged.run_id}")
+        print(render_summary(merged.payload), end="")
+    for gate in merged.payload["gates"]:
+        if not gate["passed"]:
+            print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value {gate['value']} "
+                  f"is below the threshold {gate['threshold']}", file=sys.stderr)
+    return 0 if merged.gates_passed else 1
+
+
 def _runs_delete(args: argparse.Namespace) -> int:
     with _store(args) as store:
         deleted = store.delete_run(args.run_id)
@@ -193,7 +221,7 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
         >>> sub = parser.add_subparsers(dest="command", required=True)  # doctest: +SKIP
         >>> register_cli(sub)  # doctest: +SKIP
     """
-    runs = sub.add_parser("runs", help="list, show, compare and delete stored runs")
+    runs = sub.add_parser("runs", help="list, show, compare, merge and delete stored runs")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     r_list = runs_sub.add_parser("list", help="stored runs, oldest first")
     r_list.add_argument("--benchmark", metavar="B", help="only runs of this benchmark, e.g. ebs or ibf")
@@ -208,6 +236,13 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_compare.add_argument("run_ids", metavar="RUN", nargs="+")
     r_compare.add_argument("--json", action="store_true", help="print the compare payload as JSON")
     r_compare.set_defaults(func=_runs_compare)
+    r_merge = runs_sub.add_parser(
+        "merge", help="store the shards of a sharded run (--run-group NAME) as one run; exit 1 when a gate fails")
+    r_merge.add_argument("group", metavar="NAME", help="the --run-group the shards ran with")
+    r_merge.add_argument("--json", action="store_true", help="print the merged run's stored record as JSON")
+    r_merge.add_argument("--summary-md", metavar="PATH",
+                         help="append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)")
+    r_merge.set_defaults(func=_runs_merge)
     r_delete = runs_sub.add_parser("delete", help="hard-delete a run and its responses")
     r_delete.add_argument("run_id", metavar="RUN")
     r_delete.set_defaults(func=_runs_delete)
@@ -226,5 +261,5 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list = model_sub.add_parser("list", help="registered models")
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m_list.set_defaults(func=_models_list)
-    for parser in (r_list, r_show, r_compare, r_delete, m_add, m_list):
+    for parser in (r_list, r_show, r_compare, r_merge, r_delete, m_add, m_list):
         _add_store(parser)

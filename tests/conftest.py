@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -49,3 +53,26 @@ def data_dir() -> Path:
     if not value:
         pytest.skip("FIELDEVAL_DATA_DIR is not set")
     return Path(value)
+
+
+def pg_schema_url(base: str, schema: str) -> str:
+    """The PostgreSQL URL with its search_path set to one schema (a fresh store per test)."""
+    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
+
+
+@contextmanager
+def fresh_pg_store() -> Iterator[str]:
+    """A URL of an empty store in a new schema of $FIELDEVAL_TEST_PG, dropped afterwards; skips where it is unset."""
+    base = os.environ.get("FIELDEVAL_TEST_PG")
+    if not base:
+        pytest.skip("FIELDEVAL_TEST_PG is not set; run `eval \"$(.ci/postgres.sh)\"` to test PostgreSQL")
+    import psycopg
+
+    schema = "t_" + secrets.token_hex(4)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield pg_schema_url(base, schema)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
-from fieldeval.store import SCHEMA_VERSION, evaluation_responses, open_store
+from fieldeval.store import MIGRATIONS, evaluation_responses, open_store
+from fieldeval.store.schema import GENERIC
+from tests.conftest import fresh_pg_store
 from tests.store_columns import IBF_COLUMNS
 
 # The seed's compare payload (002, "Comparing runs via API"), numbers as written there.
@@ -76,30 +76,14 @@ def ebs_run(run_id: str, models: dict[str, float], *, started_at: str = "2026-06
             "benchmarks": {"ebs": bench}}, {"ebs": rows}
 
 
-def pg_schema_url(base: str, schema: str) -> str:
-    """The PostgreSQL URL with its search_path set to one schema (a fresh store per test)."""
-    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     """A fresh, empty store URL on each backend."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    base = os.environ.get("FIELDEVAL_TEST_PG")
-    if not base:
-        pytest.skip("FIELDEVAL_TEST_PG is not set; run `eval \"$(.ci/postgres.sh)\"` to test PostgreSQL")
-    import psycopg
-
-    schema = "t_" + secrets.token_hex(4)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield pg_schema_url(base, schema)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_pg_store() as url:
+        yield url
 
 
 @pytest.fixture
@@ -236,10 +220,10 @@ def test_add_model_is_idempotent_on_name_and_endpoint(store):
 
 def test_migrations_are_applied_once_and_versioned(store_url):
     with open_store(store_url) as first:
-        assert first.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+        assert first.schema_versions() == [version for version, _, _ in MIGRATIONS]
         assert first.migrate() == []
     with open_store(store_url) as second:
-        assert second.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+        assert second.schema_versions() == [version for version, _, _ in MIGRATIONS]
 
 
 @pytest.mark.parametrize("call", ["get_run", "delete_run", "compare", "responses"])
@@ -277,7 +261,7 @@ def test_two_processes_save_runs_to_one_fresh_store_at_once(store_url, tmp_path)
     with open_store(store_url) as store:
         runs = store.list_runs()
         assert len(runs) == 20 and {r.label for r in runs} == {"a", "b"}
-        assert store.schema_versions() == list(range(1, SCHEMA_VERSION + 1))
+        assert store.schema_versions() == [version for version, _, _ in MIGRATIONS]
         assert len(store.list_models()) == 1
         with store.engine.connect() as conn:
             assert conn.execute(sa.select(sa.func.count()).select_from(evaluation_responses)).scalar_one() == 60
@@ -311,7 +295,9 @@ def test_a_store_made_before_the_package_opens_unchanged_and_keeps_its_ibf_colum
         assert store.migrate() == []
         save_seed_runs(store)
     with sqlite3.connect(path) as conn:
-        assert [row[1] for row in conn.execute("PRAGMA table_info(evaluations)")] == before
+        after = [row[1] for row in conn.execute("PRAGMA table_info(evaluations)")]
+    assert after[:len(before)] == before  # later migrations only append generic columns
+    assert set(after[len(before):]) <= set(GENERIC.evaluations.c.keys())
     with open_store(f"sqlite:///{path}") as store:  # no benchmark declares anything: the columns still read back
         run = store.get_run("run_9c1d88f0")
         assert (run["mean_dimension_score"], run["uncertainty_handling"]) == (3.21, 2.88)

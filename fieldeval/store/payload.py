@@ -160,6 +160,7 @@ def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: Sto
         "corpus_item_id": str(next((row[key] for key in item_keys if row.get(key)), "")),
         "raw_response": row.get("raw_response", row.get("response_text")),
         "metrics": json_ready(values),
+        "row_extra": json_ready({k: v for k, v in row.items() if k not in values}),  # metrics + row_extra = the row
         "response_time_s": number(row.get("response_time_s")),
         "prompt_tokens": integer(row.get("prompt_tokens")),
         "completion_tokens": integer(row.get("completion_tokens")),
@@ -204,6 +205,9 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         "payload": json_ready(payload),
         "created_at": payload.get("started_at") or now,
         "completed_at": meta.get("completed_at") or now,
+        "run_group": meta.get("run_group"), "shard_index": integer(meta.get("shard_index")),
+        "shard_count": integer(meta.get("shard_count")), "settings": json_ready(meta.get("settings")),
+        "settings_hash": meta.get("settings_hash"),
         **_declared_run_values(bench_payload, columns),
     }
     return FlatRun(run_id, run, bench_rows, _metric_rows(run_id, bench_payload), responses)

@@ -99,7 +99,8 @@ class RunStore:
                 benchmark; the corpus version defaults to the rows' ``corpus_version`` when they share one),
                 ``git_commit``, ``status`` (default ``completed``), ``completed_at`` (default now), ``totals``
                 (default: per-model sums of the rows), ``headline`` (``{bench: [metric, ...]}``, default: the
-                benchmark module's HEADLINE).
+                benchmark module's HEADLINE), and for a shard of a sharded run ``run_group``, ``shard_index``,
+                ``shard_count``, ``settings`` and ``settings_hash`` (see :mod:`fieldeval.store.groups`).
 
         Returns:
             The run id. The benchmark-specific columns the store was opened with are filled too: a

@@ -92,6 +92,12 @@ class Tables:
     response_columns: tuple[str, ...] = ()
 
 
+def _group_columns() -> list[sa.Column]:
+    """The run-group columns of ``evaluations`` (migration 3): which sharded run and shard a run is, its settings."""
+    return [sa.Column("run_group", sa.Text), sa.Column("shard_index", sa.Integer),
+            sa.Column("shard_count", sa.Integer), sa.Column("settings", _JSON), sa.Column("settings_hash", sa.Text)]
+
+
 def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_columns: tuple[str, ...]) -> Tables:
     """Every table of the store on ``metadata``; the benchmark-specific columns come last."""
     return Tables(
@@ -130,8 +136,10 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("payload", _JSON, nullable=False),
             sa.Column("created_at", UtcDateTime, nullable=False),
             sa.Column("completed_at", UtcDateTime),
+            *_group_columns(),
             *(sa.Column(name, RUN_COLUMN_TYPE) for name in run_columns),
             sa.Index("ix_evaluations_created", "created_at"),
+            sa.Index("ix_evaluations_run_group", "run_group"),
         ),
         evaluation_benchmarks=sa.Table(
             "evaluation_benchmarks", metadata,
@@ -168,6 +176,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("est_cost_usd", sa.Float),
             sa.Column("cached", sa.Boolean),
             sa.Column("scored_at", UtcDateTime),
+            sa.Column("row_extra", _JSON),
             *(sa.Column(name, RESPONSE_COLUMN_TYPE) for name in response_columns),
             sa.Index("ix_evaluation_responses_run", "run_id", "benchmark", "model"),
         ),
@@ -201,10 +210,24 @@ def _migration_1(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _migration_3(conn: Connection) -> None:
+    """Add run groups (evaluations.run_group, shard_*, settings*) and evaluation_responses.row_extra."""
+    quote = conn.dialect.identifier_preparer.quote
+    for table, names in [(GENERIC.evaluations, [c.name for c in _group_columns()]),
+                         (GENERIC.evaluation_responses, ["row_extra"])]:
+        present = {column["name"] for column in sa.inspect(conn).get_columns(table.name)}
+        for name in names:
+            if name not in present:
+                kind = table.c[name].type.dialect_impl(conn.dialect).compile(dialect=conn.dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
+    next(i for i in GENERIC.evaluations.indexes if i.name == "ix_evaluations_run_group").create(conn, checkfirst=True)
+
+
 # Append only: never edit or reorder a released step; a new generic column is a new step (ALTER TABLE ...).
 # Benchmark-specific columns are not steps: _add_declared_columns adds them on every open.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: models, evaluations, benchmarks, metrics, responses", _migration_1),
+    (3, "run groups: shards of one sharded run, their settings, full rows", _migration_3),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -1,0 +1,62 @@
+"""Which shard of which sharded run a session is, and the settings every shard of one run must share.
+
+A sharded run is N pytest sessions (often N CI jobs), each with pytest-split's
+``--splits N --group K`` and the same ``--run-group NAME``; ``fieldeval runs
+merge NAME`` (:mod:`fieldeval.store.groups`) stores their union as one run. The
+settings fingerprint holds everything that changes the numbers, so shards run
+with different options are refused rather than merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+    from fieldeval.session import EvalSession
+
+RUN_GROUP_ENV = "GITHUB_RUN_ID"
+
+
+def shard_of(config: pytest.Config) -> tuple[int, int]:
+    """``(index, count)`` from pytest-split's ``--group`` and ``--splits`` (1-based); ``(1, 1)`` when unsplit."""
+    splits, group = getattr(config.option, "splits", None), getattr(config.option, "group", None)
+    return (int(group), int(splits)) if splits and group else (1, 1)
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of the settings as canonical JSON."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_settings(session: EvalSession) -> dict[str, Any]:
+    """What makes the numbers: models, bootstrap, ontology, corpora, benchmark options, gates."""
+    metas = {name: session.benchmark(name).run_meta(session.context(name)) for name in session.selected}
+    return json.loads(json.dumps({
+        "models": {name: session.models_for(name) for name in session.selected},
+        "seed": session.options.seed,
+        "resamples": session.options.resamples,
+        "ontology_version": session.payload().get("ontology_version"),
+        "corpus_versions": {name: meta.corpus_version for name, meta in metas.items()},
+        "content_hashes": {name: meta.content_hash for name, meta in metas.items()},
+        "benchmark_options": {name: dataclasses.asdict(session.bench_options[name]) for name in session.selected},
+        "fail_under": list(session.options.fail_under),
+        "gate_on": session.options.gate_on,
+    }, default=str))
+
+
+def run_group_meta(session: EvalSession) -> dict[str, Any]:
+    """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings."""
+    index, count = shard_of(session.config)
+    settings = run_settings(session)
+    return {"run_group": session.options.run_group or os.environ.get(RUN_GROUP_ENV) or None,
+            "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": settings_hash(settings)}
+
+
+__all__ = ["RUN_GROUP_ENV", "run_group_meta", "run_settings", "settings_hash", "shard_of"]

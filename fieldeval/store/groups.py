@@ -1,0 +1,214 @@
+"""Run groups: the shards of one sharded run, checked and merged into one stored run.
+
+Each shard is a stored run with ``run_group``, ``shard_index`` (1-based) and
+``shard_count`` set, and the fingerprint of its settings. A merge refuses
+unless the group's shards are exactly 1..N, all ``completed``, share their
+settings and hold disjoint items; then it re-aggregates the union of their
+stored rows with the same seeded bootstrap (:func:`fieldeval.entries.benchmark_entries`)
+and stores the result as one run with ``shard_index`` NULL.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from fieldeval.errors import UsageError
+from fieldeval.store.schema import iso, utcnow
+
+if TYPE_CHECKING:
+    from fieldeval.store.core import Store
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One stored shard of a run group.
+
+    Attributes:
+        run_id: the shard's run id.
+        index: 1-based shard index (pytest-split's ``--group``).
+        count: shard count (``--splits``).
+        status: ``completed`` or ``interrupted``.
+        settings: the run-wide settings it ran with.
+        settings_hash: their fingerprint.
+        payload: the shard's saved report payload.
+    """
+
+    run_id: str
+    index: int
+    count: int
+    status: str
+    settings: dict[str, Any]
+    settings_hash: str | None
+    label: str | None
+    git_commit: str | None
+    created_at: datetime
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MergedRun:
+    """A merge's outcome: the stored run's id, its payload (gates included) and the shards it joined."""
+
+    run_id: str
+    payload: dict[str, Any]
+    shards: tuple[str, ...]
+
+    @property
+    def gates_passed(self) -> bool:
+        """Whether every gate of the merged run passed."""
+        return all(gate["passed"] for gate in self.payload["gates"])
+
+
+def _group_runs(store: Store, name: str) -> tuple[list[Shard], list[str]]:
+    """The group's shards, and the ids of runs that are already its merge."""
+    t = store.tables.evaluations
+    with store.engine.connect() as conn:
+        runs = conn.execute(sa.select(t).where(t.c.run_group == name).order_by(t.c.shard_index, t.c.run_id)).all()
+    shards = [Shard(r.run_id, r.shard_index, r.shard_count, r.status, r.settings or {}, r.settings_hash, r.label,
+                    r.git_commit, r.created_at, r.payload) for r in runs if r.shard_index is not None]
+    return shards, [r.run_id for r in runs if r.shard_index is None]
+
+
+def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """``seed 7 != 20261130`` for the first top-level setting that differs."""
+    key = next((k for k in sorted({*a, *b}) if a.get(k) != b.get(k)), "settings")
+    return f"{key} {a.get(key)!r} != {b.get(key)!r}"
+
+
+def check_shards(name: str, shards: Sequence[Shard], merged: Sequence[str], url: str) -> int:
+    """The shard count; a usage error when the group is empty, merged, incomplete, duplicated or mixed."""
+    if merged:
+        raise UsageError(f"run group {name!r}: already merged as {merged[0]}; see `fieldeval runs show {merged[0]}`, "
+                         f"or `fieldeval runs delete {merged[0]}` to merge again")
+    if not shards:
+        raise UsageError(f"run group {name!r}: no shards in the store {url}; run each shard with "
+                         f"`pytest evals --splits N --group K --run-group {name}`")
+    counts = sorted({s.count for s in shards})
+    if len(counts) > 1:
+        raise UsageError(f"run group {name!r}: shards disagree on the shard count ({', '.join(map(str, counts))}); "
+                         "run every shard with the same --splits")
+    count = counts[0]
+    for index, times in Counter(s.index for s in shards).items():
+        if times > 1:
+            ids = ", ".join(s.run_id for s in shards if s.index == index)
+            raise UsageError(f"run group {name!r}: shard {index} is stored {times} times ({ids}); "
+                             "delete the stale one with `fieldeval runs delete RUN`")
+    missing = sorted(set(range(1, count + 1)) - {s.index for s in shards})
+    if missing:
+        raise UsageError(f"run group {name!r}: shard(s) {', '.join(map(str, missing))} of {count} missing; run "
+                         f"`pytest evals --splits {count} --group K --run-group {name}` for each")
+    for shard in shards:
+        if shard.status != "completed":
+            raise UsageError(f"run group {name!r}: shard {shard.index} ({shard.run_id}) is {shard.status}, not "
+                             "completed; delete it and run that shard again")
+    first = shards[0]
+    for shard in shards[1:]:
+        if shard.settings_hash != first.settings_hash:
+            raise UsageError(f"run group {name!r}: shard {shard.index} ({shard.run_id}) ran with other settings than "
+                             f"shard {first.index} ({first.run_id}): {_first_difference(shard.settings, first.settings)}"
+                             "; run every shard with the same options")
+    return count
+
+
+def shard_rows(store: Store, name: str, shards: Sequence[Shard]) -> dict[str, list[dict]]:
+    """The union of the shards' recorded rows by benchmark; a usage error when an item is in two shards."""
+    t = store.tables.evaluation_responses
+    owner: dict[tuple[str, str], int] = {}
+    rows: dict[str, list[dict]] = {}
+    with store.engine.connect() as conn:
+        for shard in shards:
+            query = sa.select(t.c.benchmark, t.c.metrics, t.c.row_extra).where(t.c.run_id == shard.run_id)
+            for bench, metrics, extra in conn.execute(query):
+                if extra is None or "nodeid" not in extra:
+                    raise UsageError(f"run group {name!r}: shard {shard.index} ({shard.run_id}) was stored without "
+                                     "its full rows (before run groups); run that shard again")
+                key = (bench, extra["nodeid"])
+                if key in owner:
+                    raise UsageError(f"run group {name!r}: item {key[1]} is in shard {owner[key]} and shard "
+                                     f"{shard.index}; the shards overlap, run every shard with the same --splits")
+                owner[key] = shard.index
+                rows.setdefault(bench, []).append({**(metrics or {}), **extra})
+    return rows
+
+
+def _errors(shards: Sequence[Shard]) -> Counter[tuple[str, str]]:
+    """Failed items by (benchmark, model), summed over the shards."""
+    errors: Counter[tuple[str, str]] = Counter()
+    for shard in shards:
+        for bench, models in (shard.payload.get("benchmarks") or {}).items():
+            for model, entry in models.items():
+                errors[(bench, model)] += int(entry.get("errors") or 0)
+    return errors
+
+
+def _shared(values: Sequence[Any]) -> Any:
+    """The value every shard has, else None."""
+    return values[0] if values and all(v == values[0] for v in values) else None
+
+
+def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
+    """Check the group's shards, re-aggregate their union, gate it and store it as one run.
+
+    Args:
+        store: the store the shards were written to.
+        name: the ``--run-group`` the shards ran with.
+        tool: the project's ``[tool.fieldeval]`` table: its thresholds gate the merged run, with the
+            shards' ``--fail-under`` and ``--gate-on``, as they gate a pytest session.
+
+    Returns:
+        The merged run: stored with ``run_group`` ``name``, ``shard_count`` N and ``shard_index`` NULL.
+
+    Raises:
+        UsageError: no shards, already merged, a shard missing, stored twice, not completed, with other
+            settings, or an item in two shards.
+
+    Example:
+        >>> merge_group(store, "9876543210", tool_settings(Path.cwd())).run_id  # doctest: +SKIP
+        'run_5d0c9e1a'
+    """
+    from fieldeval.entries import benchmark_entries, by_nodeid, gate_results
+    from fieldeval.session import check_gate
+    from fieldeval.settings import load_thresholds
+
+    shards, merged = _group_runs(store, name)
+    count = check_shards(name, shards, merged, store.url)
+    settings = shards[0].settings
+    gates = load_thresholds(dict(tool), settings.get("fail_under", []))
+    for gate in gates:
+        check_gate(gate)
+    rows = shard_rows(store, name, shards)
+    errors = _errors(shards)
+    entries = benchmark_entries(rows, errors, seed=settings["seed"], resamples=settings["resamples"])
+    all_rows = [row for bench_rows in rows.values() for row in bench_rows]
+    payload = {
+        "run_id": "run_" + secrets.token_hex(4),
+        "started_at": iso(min(s.created_at for s in shards)),
+        "ontology_version": settings.get("ontology_version"),
+        "benchmarks": entries,
+        "cache": {"mode": _shared([(s.payload.get("cache") or {}).get("mode") for s in shards]),
+                  "hits": sum(1 for r in all_rows if r.get("cached")),
+                  "misses": sum(1 for r in all_rows if not r.get("cached"))},
+        "gates": gate_results(gates, entries, settings.get("gate_on", "point")),
+        "run_group": {"name": name, "shards": [s.run_id for s in shards]},
+    }
+    meta = {
+        "label": _shared([s.label for s in shards]) or f"merge of run group {name}",
+        "corpus_version": {b: v for b, v in (settings.get("corpus_versions") or {}).items() if v},
+        "content_hash": {b: v for b, v in (settings.get("content_hashes") or {}).items() if v},
+        "git_commit": _shared([s.git_commit for s in shards]),
+        "status": "completed", "completed_at": utcnow(),
+        "run_group": name, "shard_index": None, "shard_count": count,
+        "settings": settings, "settings_hash": shards[0].settings_hash,
+    }
+    store.save_run(payload, {bench: by_nodeid(bench_rows) for bench, bench_rows in rows.items()}, meta)
+    return MergedRun(payload["run_id"], payload, tuple(s.run_id for s in shards))
+
+
+__all__ = ["MergedRun", "Shard", "check_shards", "merge_group", "shard_rows"]
