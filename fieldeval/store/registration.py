@@ -157,9 +157,9 @@ class ModelRegistry:
         models, keep = self.tables.models, same_name[-1]
         with self.engine.begin() as conn:
             conn.execute(models.delete().where(models.c.model_id.in_([r.model_id for r in same_name[:-1]])))
+            cleared = dict.fromkeys(("key_env", "provider", "context_window", "parameters_billion", "notes"))
             conn.execute(models.update().where(models.c.model_id == keep.model_id).values(
-                endpoint=endpoint, key_env=None, provider=None, context_window=None, parameters_billion=None,
-                notes=None, **fields))
+                {**cleared, **fields, "endpoint": endpoint}))
         record = self._model(keep.name, endpoint)
         assert record is not None, "a committed replacement must be readable"
         return record
