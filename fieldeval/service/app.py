@@ -138,9 +138,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
     Example:
         >>> app = create_app("sqlite:///reports/fieldeval.db", evals_dir=Path("evals"))  # doctest: +SKIP
     """
-    from fieldeval.store import open_store
+    from fieldeval.store import declared_columns, open_store
 
-    store = open_store(store_url)
+    store = open_store(store_url, columns=declared_columns())
     jobs = JobTable(store.engine)
     runner = Runner(jobs, store_url=_absolute(store_url), evals_dir=evals_dir.resolve(), work_dir=work_dir)
 

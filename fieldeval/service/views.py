@@ -116,7 +116,7 @@ def estimate_seconds(jobs: JobTable, *, benchmark: str, model: str, total: int) 
     paces = []
     for job in jobs.list(("completed",)):
         if job.benchmark == benchmark and job.model == model and job.total and job.started_at and job.finished_at:
-            from fieldeval.store import parse_time
+            from fieldeval.store.schema import parse_time
 
             seconds = (parse_time(job.finished_at) - parse_time(job.started_at)).total_seconds()
             paces.append(max(seconds, 1.0) / job.total)
