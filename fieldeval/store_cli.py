@@ -1,7 +1,10 @@
 """``fieldeval runs ...`` and ``fieldeval models ...``: the run store and model registry from the shell.
 
 Every subcommand takes ``--store URL`` (default ``$FIELDEVAL_STORE``, else
-``reports/fieldeval.db``); a user mistake is one line and exit status 2.
+``reports/fieldeval.db``); a user mistake is one line and exit status 2. Only
+``models add`` creates a store; the others need one (a missing, empty or damaged
+file is one line). Names, labels and messages are data: they are escaped, never
+read as rich markup.
 """
 
 from __future__ import annotations
@@ -9,14 +12,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from rich.markup import escape
 
-def _store(args: argparse.Namespace):
-    """The store named by ``--store`` (or the default)."""
+
+@contextmanager
+def _store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Any]:
+    """The store named by ``--store`` (or the default); a database failure while using it is one line."""
     from fieldeval.store import declared_columns, open_store
+    from fieldeval.store.url import database_errors
 
-    return open_store(args.store, columns=declared_columns())
+    with open_store(args.store, columns=declared_columns(), create=create) as store, database_errors(store.url):
+        yield store
 
 
 def _console():
@@ -38,8 +48,17 @@ def _fmt(value: Any) -> str:
 def _versions(versions: dict[str, str | None]) -> str:
     """``ibf-v2.1`` for one benchmark, ``ebs=...; ibf=...`` for several."""
     if len(versions) == 1:
-        return next(iter(versions.values())) or "-"
-    return "; ".join(f"{bench}={version or '-'}" for bench, version in versions.items())
+        return escape(next(iter(versions.values())) or "-")
+    return escape("; ".join(f"{bench}={version or '-'}" for bench, version in versions.items()))
+
+
+def _items(run: Any) -> str:
+    """``338/340 (2 errored)`` from a run's counts, or the total items for runs stored before they were kept."""
+    data = run if isinstance(run, dict) else run.as_dict()
+    if data.get("items_planned") is None:
+        return _fmt(data.get("total_items"))
+    text = f"{_fmt(data.get('items_done'))}/{data['items_planned']}"
+    return text + (f" ({data['items_errored']} errored)" if data.get("items_errored") else "")
 
 
 def _runs_list(args: argparse.Namespace) -> int:
@@ -53,13 +72,13 @@ def _runs_list(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs in {store.url}" + (" matching the filters" if args.benchmark or args.corpus_version else ""))
         return 0
-    table = Table(title=f"runs in {store.url}", title_justify="left")
+    table = Table(title=escape(f"runs in {store.url}"), title_justify="left")
     for column in ["run_id", "created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
         table.add_column(column, justify="right" if column == "items" else "left")
     for run in runs:
         corpus = _versions(run.corpus_versions) + (" (legacy)" if run.legacy else "")
-        table.add_row(run.run_id, run.created_at, run.label or "-", ", ".join(run.benchmarks),
-                      ", ".join(run.models), corpus, run.status, _fmt(run.total_items))
+        table.add_row(escape(run.run_id), run.created_at, escape(run.label or "-"), escape(", ".join(run.benchmarks)),
+                      escape(", ".join(run.models)), corpus, escape(run.status), _items(run))
     _console().print(table)
     return 0
 
@@ -73,16 +92,18 @@ def _runs_show(args: argparse.Namespace) -> int:
         print(json.dumps(run, indent=2, sort_keys=True, default=str))
         return 0
     console = _console()
-    console.print(f"run {run['run_id']}  {run['label'] or ''}".rstrip())
+    console.print(escape(f"run {run['run_id']}  {run['label'] or ''}".rstrip()))
     for key in ["status", "created_at", "completed_at", "ontology_version", "git_commit", "total_items", "responses"]:
-        console.print(f"  {key}: {_fmt(run[key])}")
+        console.print(escape(f"  {key}: {_fmt(run[key])}"))
+    if run.get("items_planned") is not None:
+        console.print(escape(f"  items done/planned: {_items(run)}"))
     console.print(f"  corpus: {_versions(run['corpus_versions'])}" + ("  (legacy corpus)" if run["legacy"] else ""))
     for bench, by_model in run["metrics"].items():
         headline = run["headline"].get(bench) or sorted({m for v in by_model.values() for m in v})
-        table = Table(title=f"{bench}: value (ci95 lo-hi)", title_justify="left")
+        table = Table(title=escape(f"{bench}: value (ci95 lo-hi)"), title_justify="left")
         table.add_column("model")
         for metric in headline:
-            table.add_column(metric, justify="right", no_wrap=True)
+            table.add_column(escape(metric), justify="right", no_wrap=True)
         for model, metrics in by_model.items():
             cells = []
             for metric in headline:
@@ -93,7 +114,7 @@ def _runs_show(args: argparse.Namespace) -> int:
                     cells.append(_fmt(entry["value"]))
                 else:
                     cells.append(f"{entry['value']:.3f} ({entry['ci95'][0]:.3f}-{entry['ci95'][1]:.3f})")
-            table.add_row(model, *cells)
+            table.add_row(escape(model), *cells)
         console.print(table)
     if run.get("totals"):
         table = Table(title="totals", title_justify="left")
@@ -102,7 +123,15 @@ def _runs_show(args: argparse.Namespace) -> int:
         for key in keys:
             table.add_column(key, justify="right")
         for model, total in run["totals"].items():
-            table.add_row(model, *(_fmt(total.get(key)) for key in keys))
+            table.add_row(escape(model), *(_fmt(total.get(key)) for key in keys))
+        console.print(table)
+    if run["errors"]:
+        table = Table(title=f"errored items ({len(run['errors'])})", title_justify="left")
+        for column in ["model", "benchmark", "item", "error", "message"]:
+            table.add_column(column, overflow="fold")
+        for error in sorted(run["errors"], key=lambda e: (e["model"], e["benchmark"])):
+            table.add_row(*(escape(error[key] or "-") for key in ("model", "benchmark", "item_id", "error_class",
+                                                                   "message")))
         console.print(table)
     return 0
 
@@ -111,7 +140,7 @@ def _runs_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     with _store(args) as store:
-        payload = store.compare(args.run_ids)
+        payload = store.compare(args.run_ids, allow_partial=args.allow_partial)
     if args.json:
         print(json.dumps(payload, indent=2))
         return 0
@@ -120,14 +149,14 @@ def _runs_compare(args: argparse.Namespace) -> int:
     table.add_column("benchmark")
     table.add_column("metric")
     for entry in entries:
-        tag = " (legacy)" if entry.get("legacy") else ""
-        table.add_column(f"{entry['run_id']}\n{entry['model_name']}{tag}", justify="right", no_wrap=True)
+        tag = (" (legacy)" if entry.get("legacy") else "") + (f" ({entry['status']})" if "status" in entry else "")
+        table.add_column(escape(f"{entry['run_id']}\n{entry['model_name']}{tag}"), justify="right", no_wrap=True)
     rows: dict[tuple[str, str], None] = {}
     for entry in entries:
         for bench, metrics in entry["benchmarks"].items():
             rows.update(((bench, metric), None) for metric in metrics)
     for bench, metric in rows:
-        table.add_row(bench, metric, *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
+        table.add_row(escape(bench), escape(metric), *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
     _console().print(table)
     return 0
 
@@ -168,14 +197,15 @@ def _runs_delete(args: argparse.Namespace) -> int:
 
 
 def _models_add(args: argparse.Namespace) -> int:
-    from fieldeval.endpoints import check_endpoint
+    from fieldeval.endpoints import check_endpoint, register_endpoint
 
-    endpoint = check_endpoint(args.endpoint)
-    with _store(args) as store:
-        record, created = store.register_model(
-            args.name, endpoint, provider=args.provider, context_window=args.context_window,
-            parameters_billion=args.parameters_billion, notes=args.notes)
-    state = "registered" if created else "already registered"
+    check_endpoint(args.endpoint)  # before a store is created for it
+    with _store(args, create=True) as store:
+        record, created = register_endpoint(
+            store, args.name, args.endpoint, key_env=args.key_env, replace=args.replace, provider=args.provider,
+            context_window=args.context_window, parameters_billion=args.parameters_billion, notes=args.notes)
+    state = ("registered" if created else "already registered") + (f" (key from ${record.key_env})"
+                                                                    if record.key_env else "")
     print(f"{record.model_id}  {record.name}  {record.endpoint}  {state} {record.registered_at}")
     return 0
 
@@ -191,14 +221,14 @@ def _models_list(args: argparse.Namespace) -> int:
     if not records:
         print(f"no models in {store.url}; add one with `fieldeval models add NAME --endpoint URL`")
         return 0
-    table = Table(title=f"models in {store.url}", title_justify="left")
-    columns = ["model_id", "name", "provider", "endpoint", "context_window", "parameters_billion",
+    table = Table(title=escape(f"models in {store.url}"), title_justify="left")
+    columns = ["model_id", "name", "provider", "endpoint", "key_env", "context_window", "parameters_billion",
                "registered_at", "notes"]
     for column in columns:
         table.add_column(column)
     for record in records:
         data = record.as_dict()
-        table.add_row(*("-" if data[column] is None else str(data[column]) for column in columns))
+        table.add_row(*("-" if data[column] is None else escape(str(data[column])) for column in columns))
     _console().print(table)
     return 0
 
@@ -235,6 +265,8 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_compare = runs_sub.add_parser("compare", help="headline metrics of several runs side by side")
     r_compare.add_argument("run_ids", metavar="RUN", nargs="+")
     r_compare.add_argument("--json", action="store_true", help="print the compare payload as JSON")
+    r_compare.add_argument("--allow-partial", action="store_true", dest="allow_partial",
+                           help="also compare runs that did not complete every planned item (marked with their status)")
     r_compare.set_defaults(func=_runs_compare)
     r_merge = runs_sub.add_parser(
         "merge", help="store the shards of a sharded run (--run-group NAME) as one run; exit 1 when a gate fails")
@@ -249,7 +281,7 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
 
     model = sub.add_parser("models", help="register OpenAI-compatible model endpoints")
     model_sub = model.add_subparsers(dest="models_command", required=True)
-    m_add = model_sub.add_parser("add", help="register NAME at an endpoint (idempotent on name and endpoint)")
+    m_add = model_sub.add_parser("add", help="register NAME at an endpoint (idempotent; one endpoint per name)")
     m_add.add_argument("name", metavar="NAME", help="the model name the server serves; also the --model id")
     m_add.add_argument("--endpoint", metavar="URL", required=True,
                        help="OpenAI-compatible base URL, e.g. http://localhost:11434/v1")
@@ -257,6 +289,11 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_add.add_argument("--context-window", type=int, metavar="TOKENS", help="context window in tokens")
     m_add.add_argument("--parameters-billion", type=float, metavar="B", help="size in billions of parameters")
     m_add.add_argument("--notes", help="free text, e.g. quantisation and hardware")
+    m_add.add_argument("--key-env", metavar="VAR", dest="key_env",
+                       help="environment variable holding the endpoint's API key, read at call time; only the "
+                            "name is stored (`llm keys set VAR` works too)")
+    m_add.add_argument("--replace", action="store_true",
+                       help="point an already registered NAME at this endpoint instead of refusing")
     m_add.set_defaults(func=_models_add)
     m_list = model_sub.add_parser("list", help="registered models")
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")

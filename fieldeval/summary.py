@@ -1,10 +1,26 @@
-"""The terminal summary table of a run's headline metrics."""
+"""The terminal summary table of a run's headline metrics, and its Markdown twin.
+
+Model names, labels and run ids are data: rich never reads them as markup, and
+in Markdown ``|`` cannot end a cell nor ``<script>`` become HTML.
+"""
 
 from __future__ import annotations
 
+import html
 import io
 
 from fieldeval.benchmark import benchmarks
+
+
+def markdown_cell(value: object) -> str:
+    r"""Text for a GitHub Markdown table cell or line: HTML escaped, ``|`` as ``\|``, one line.
+
+    Example:
+        >>> markdown_cell("a|b <script>")
+        'a\\|b &lt;script&gt;'
+    """
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return text.replace("|", "\\|")
 
 
 def format_metric(entry: dict | None) -> str:
@@ -21,45 +37,46 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
     Tables take their natural width (never truncated); ``width`` only caps it.
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
-    console.print(f"fieldeval run {payload['run_id']}  ontology: {payload.get('ontology_version') or '-'}")
+    console.print(escape(f"fieldeval run {payload['run_id']}  ontology: {payload.get('ontology_version') or '-'}"))
     for name, models in payload["benchmarks"].items():
         bench = benchmarks()[name]
         table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
         table.add_column("metric", no_wrap=True)
         for model in models:
-            table.add_column(model, justify="right", no_wrap=True)
+            table.add_column(escape(model), justify="right", no_wrap=True)
         table.add_row("items", *(str(entry["items"]) for entry in models.values()))
         table.add_row("errors", *(str(entry["errors"]) for entry in models.values()), end_section=True)
         for metric in bench.headline:
             table.add_row(metric, *(format_metric(entry.get(metric)) for entry in models.values()))
         console.print(table)
         for line in bench.summary_notes(models):
-            console.print(line)
+            console.print(escape(line))
     return buffer.getvalue()
 
 
 def render_markdown(payload: dict) -> str:
     """The run's headline metrics and gates as GitHub-flavoured Markdown."""
-    lines = [f"## fieldeval run `{payload['run_id']}`", ""]
+    lines = [f"## fieldeval run {markdown_cell(payload['run_id'])}", ""]
     if payload.get("ontology_version"):
-        lines += [f"Ontology: {payload['ontology_version']}", ""]
+        lines += [f"Ontology: {markdown_cell(payload['ontology_version'])}", ""]
     for name, models in payload["benchmarks"].items():
         headline = benchmarks()[name].headline
         lines += [f"### {name}", "", "| model | items | errors | " + " | ".join(headline) + " |",
                   "|---|---:|---:|" + "---:|" * len(headline)]
         for model, entry in models.items():
             cells = [format_metric(entry.get(metric)) for metric in headline]
-            lines.append(f"| {model} | {entry['items']} | {entry['errors']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {markdown_cell(model)} | {entry['items']} | {entry['errors']} | " + " | ".join(cells) + " |")
         lines.append("")
     if payload.get("gates"):
         lines += ["### Gates", "", "| gate | model | value | threshold | result |", "|---|---|---:|---:|---|"]
         for gate in payload["gates"]:
             value = "-" if gate["value"] is None else f"{gate['value']:.3f}"
-            lines.append(f"| {gate['metric']} ({gate['gate_on']}) | {gate['model']} | {value} | "
+            lines.append(f"| {gate['metric']} ({gate['gate_on']}) | {markdown_cell(gate['model'])} | {value} | "
                          f"{gate['threshold']} | {'pass' if gate['passed'] else '**FAIL**'} |")
         lines.append("")
     return "\n".join(lines) + "\n"

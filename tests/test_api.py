@@ -69,11 +69,12 @@ def test_evaluation_cycle_start_poll_compare_delete(server):
 
 
 def test_evaluation_of_a_registered_model_id_resolves_its_name(server):
-    _, model = server.call("POST", "/api/models", {"name": "ibf-floor", "endpoint": "http://127.0.0.1:9/v1"})
+    # not "ibf-floor": a registration may not shadow an installed llm model
+    _, model = server.call("POST", "/api/models", {"name": "floor-at-9", "endpoint": "http://127.0.0.1:9/v1"})
     status, started = server.call("POST", "/api/evaluations", {**IBF_BODY, "model_id": model["model_id"]})
     assert status == 202
     status, view = server.call("GET", f"/api/evaluations/{started['run_id']}")
-    assert view["model_id"] == model["model_id"] and view["model_name"] == "ibf-floor"
+    assert view["model_id"] == model["model_id"] and view["model_name"] == "floor-at-9"
     server.wait_for(started["run_id"], ("completed", "failed"))
 
 
@@ -156,3 +157,29 @@ def test_restart_during_a_run_marks_it_interrupted_not_lost(tmp_path):
         assert [run["status"] for run in listed if run["run_id"] == started["run_id"]] == ["interrupted"]
     finally:
         server.stop()
+
+
+def test_register_model_refuses_an_llm_model_name_and_a_second_endpoint(server):
+    status, answer = server.call("POST", "/api/models", {"name": "gpt-4o-mini", "endpoint": "http://127.0.0.1:9/v1"})
+    assert status == 422 and "installed llm model" in answer["message"]
+    body = {"name": "twice", "endpoint": "http://127.0.0.1:9/v1", "key_env": "TWICE_KEY"}
+    assert server.call("POST", "/api/models", body)[0] == 201
+    moved = {**body, "endpoint": "http://127.0.0.1:10/v1"}
+    status, answer = server.call("POST", "/api/models", moved)
+    assert status == 409 and "replace=true" in answer["message"]
+    assert server.call("POST", "/api/models?replace=true", moved)[0] == 201
+    listed = [m for m in server.call("GET", "/api/models")[1] if m["name"] == "twice"]
+    assert [(m["endpoint"], m["key_env"]) for m in listed] == [("http://127.0.0.1:10/v1", "TWICE_KEY")]
+
+
+def test_compare_refuses_an_interrupted_run_unless_allow_partial(server):
+    from fieldeval.store import open_store
+    from tests.test_store_api import ebs_run
+
+    with open_store(str(server.store)) as store:
+        store.save_run(*ebs_run("run_0000aaaa", {"m": 0.5}),
+                       {"status": "interrupted", "items_planned": 9, "items_done": 3, "items_errored": 0})
+    status, answer = server.call("GET", "/api/evaluations/compare?run_ids=run_0000aaaa")
+    assert status == 409 and "interrupted (3 of 9 items done)" in answer["message"]
+    status, answer = server.call("GET", "/api/evaluations/compare?run_ids=run_0000aaaa&allow_partial=true")
+    assert status == 200 and answer["runs"][0]["status"] == "interrupted"

@@ -29,7 +29,7 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ChatHandler.requests.append({"path": self.path, **body})
+        ChatHandler.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"), **body})
         if self.path != "/v1/chat/completions":
             self.send_error(404)
             return
@@ -138,3 +138,40 @@ def test_reading_a_sqlite_stores_endpoints_does_not_import_sqlalchemy(registered
             "print(names, 'sqlalchemy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['tiny-echo'] False"
+
+
+def test_an_endpoint_with_key_env_sends_the_key_read_at_call_time(registered, tmp_path, monkeypatch, capsys):
+    from fieldeval.cli import main
+
+    store_url = str(tmp_path / "store.db")
+    assert main(["models", "add", "tiny-echo", "--endpoint", f"{registered.endpoint}", "--key-env",
+                 "TINY_ECHO_KEY", "--replace", "--store", store_url]) == 0
+    monkeypatch.setenv("TINY_ECHO_KEY", "k-set-after-registration")
+    assert llm.get_model("tiny-echo").prompt("x", stream=False).text() == "echo from tiny-echo: x"
+    assert ChatHandler.requests[-1]["authorization"] == "Bearer k-set-after-registration"
+    assert "k-set-after-registration" not in capsys.readouterr().out
+    with open_store(store_url) as opened:  # only the variable's name is stored
+        assert [(m.name, m.key_env) for m in opened.list_models()] == [("tiny-echo", "TINY_ECHO_KEY")]
+
+
+def test_models_add_refuses_an_installed_llm_model_name(tmp_path, capsys):
+    from fieldeval.cli import main
+
+    assert main(["models", "add", "gpt-4o-mini", "--endpoint", "http://127.0.0.1:9/v1",
+                 "--store", str(tmp_path / "s.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an installed llm model already answers to that name" in err
+
+
+def test_models_add_refuses_a_second_endpoint_unless_replace(tmp_path, capsys):
+    from fieldeval.cli import main
+
+    url = str(tmp_path / "s.db")
+    assert main(["models", "add", "my-local", "--endpoint", "http://127.0.0.1:9/v1", "--store", url]) == 0
+    assert main(["models", "add", "my-local", "--endpoint", "http://127.0.0.1:9/v1", "--store", url]) == 0
+    assert main(["models", "add", "my-local", "--endpoint", "http://127.0.0.1:10/v1", "--store", url]) == 2
+    assert "pass --replace" in capsys.readouterr().err
+    assert main(["models", "add", "my-local", "--endpoint", "http://127.0.0.1:10/v1", "--replace",
+                 "--store", url]) == 0
+    with open_store(url) as opened:
+        assert [m.endpoint for m in opened.list_models()] == ["http://127.0.0.1:10/v1"]

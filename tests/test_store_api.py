@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
-from fieldeval.store import MIGRATIONS, evaluation_responses, open_store
+from fieldeval.store import MIGRATIONS, ModelConflict, evaluation_responses, open_store
 from fieldeval.store.schema import GENERIC
 from tests.conftest import fresh_pg_store
 from tests.store_columns import IBF_COLUMNS
@@ -210,12 +210,31 @@ def test_add_model_is_idempotent_on_name_and_endpoint(store):
     first = store.add_model("phi-3-mini-4k", "http://localhost:11434/v1/chat/completions", provider="local",
                             context_window=4096, parameters_billion=3.8, notes="4-bit GGUF quantisation")
     again = store.add_model("phi-3-mini-4k", "http://localhost:11434/v1/chat/completions", notes="changed")
-    other = store.add_model("phi-3-mini-4k", "http://gpu-box:8000/v1")
+    other = store.add_model("mistral-7b", "http://gpu-box:8000/v1")
     assert again == first and other.model_id != first.model_id
     assert first.model_id.startswith("mdl_") and len(first.model_id) == 12
     assert first.registered_at.endswith("Z")
-    assert [m.endpoint for m in store.list_models()] == ["http://localhost:11434/v1/chat/completions",
-                                                         "http://gpu-box:8000/v1"]
+    assert sorted(m.endpoint for m in store.list_models()) == ["http://gpu-box:8000/v1",
+                                                               "http://localhost:11434/v1/chat/completions"]
+
+
+def test_a_second_endpoint_for_a_name_is_refused_unless_replaced(store):
+    first = store.add_model("phi-3-mini-4k", "http://localhost:11434/v1", provider="local")
+    with pytest.raises(ModelConflict, match=r"'phi-3-mini-4k': already registered at http://localhost:11434/v1; "
+                                            r"pass --replace"):
+        store.register_model("phi-3-mini-4k", "http://gpu-box:8000/v1")
+    replaced, changed = store.register_model("phi-3-mini-4k", "http://gpu-box:8000/v1", replace=True,
+                                             key_env="GPU_BOX_KEY")
+    assert changed and replaced.model_id == first.model_id  # runs that point at it keep their model
+    assert [(m.endpoint, m.key_env, m.provider) for m in store.list_models()] == [
+        ("http://gpu-box:8000/v1", "GPU_BOX_KEY", None)]
+
+
+@pytest.mark.parametrize("key_env", ["sk-live-123", "MY KEY", ""])
+def test_a_key_env_that_is_not_a_variable_name_is_refused_without_echoing_it(store, key_env):
+    with pytest.raises(UsageError, match="not an environment variable name") as info:
+        store.register_model("m", "http://127.0.0.1:9/v1", key_env=key_env)
+    assert "sk-live" not in str(info.value)
 
 
 def test_migrations_are_applied_once_and_versioned(store_url):
@@ -301,6 +320,7 @@ def test_a_store_made_before_the_package_opens_unchanged_and_keeps_its_ibf_colum
     with open_store(f"sqlite:///{path}") as store:  # no benchmark declares anything: the columns still read back
         run = store.get_run("run_9c1d88f0")
         assert (run["mean_dimension_score"], run["uncertainty_handling"]) == (3.21, 2.88)
+        assert (run["items_planned"], run["items_done"], run["items_errored"], run["errors"]) == (None, None, None, [])
         assert store.responses("run_9c1d88f0")[0]["impact_reasoning"] == 1
 
 

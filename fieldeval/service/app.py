@@ -19,9 +19,11 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fieldeval.endpoints import check_endpoint
+from fieldeval.endpoints import check_endpoint, register_endpoint
 from fieldeval.errors import UsageError
 from fieldeval.service import dashboard, views
+from fieldeval.store.compare import PartialRunError
+from fieldeval.store.registration import ModelConflict
 from fieldeval.service.jobs import JobTable, Runner
 
 BENCHMARK_NAMES = ("ibf", "ebs", "microbiorel")
@@ -38,6 +40,7 @@ class ModelIn(BaseModel):
     context_window: int | None = Field(default=None, gt=0)
     parameters_billion: float | None = Field(default=None, gt=0)
     notes: str | None = Field(default=None, max_length=5000)
+    key_env: str | None = Field(default=None, max_length=200, description="environment variable holding the API key")
 
     @field_validator("endpoint")
     @classmethod
@@ -180,11 +183,26 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
     async def _usage(_: Request, error: UsageError) -> JSONResponse:
         return _error(400, str(error))
 
+    @app.exception_handler(ModelConflict)
+    @app.exception_handler(PartialRunError)
+    async def _conflict(_: Request, error: UsageError) -> JSONResponse:
+        return _error(409, str(error))
+
     @app.post("/api/models", status_code=201)
-    def register_model(body: ModelIn) -> JSONResponse:
-        """Register a model endpoint; idempotent on (name, endpoint): the same pair answers 200 and the record."""
-        fields = body.model_dump(exclude={"name", "endpoint"})
-        record, created = store.register_model(body.name, body.endpoint, **fields)
+    def register_model(body: ModelIn, replace: bool = False) -> JSONResponse:
+        """Register a model endpoint; idempotent on (name, endpoint): the same pair answers 200 and the record.
+
+        A name an installed llm model has is refused (422); a name registered at another endpoint is
+        refused (409) unless ``replace=true``.
+        """
+        fields = body.model_dump(exclude={"name", "endpoint", "key_env"})
+        try:
+            record, created = register_endpoint(store, body.name, body.endpoint, key_env=body.key_env,
+                                                replace=replace, **fields)
+        except ModelConflict:
+            raise
+        except UsageError as error:
+            return _error(422, str(error))
         return JSONResponse({"model_id": record.model_id, "name": record.name, "registered_at": record.registered_at},
                             status_code=201 if created else 200)
 
@@ -214,14 +232,16 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         return views.run_list(store, jobs, benchmark=benchmark, model=model, corpus_version=corpus_version)
 
     @app.get("/api/evaluations/compare")
-    def compare(run_ids: str = Query(min_length=1, description="comma-separated run ids")) -> dict[str, Any]:
-        """The seed's side-by-side payload of stored runs."""
+    def compare(run_ids: str = Query(min_length=1, description="comma-separated run ids"),
+                allow_partial: bool = False) -> dict[str, Any]:
+        """The seed's side-by-side payload of stored runs; a run that is not completed is refused (409)
+        unless ``allow_partial=true``, and then marked with its ``status``."""
         ids = [part.strip() for part in run_ids.split(",") if part.strip()]
         stored = {run.run_id for run in store.list_runs()}
         for run_id in ids:
             if run_id not in stored:
                 raise views.NotFound(f"run {run_id!r}: not a stored run; only completed runs can be compared")
-        return store.compare(ids)
+        return store.compare(ids, allow_partial=allow_partial)
 
     @app.get("/api/evaluations/{run_id}")
     def get_evaluation(run_id: str) -> dict[str, Any]:

@@ -28,23 +28,24 @@ from fieldeval.store.registry import read_endpoints
 
 if TYPE_CHECKING:
     from fieldeval.benchmark import StoreColumns
-    from fieldeval.store.core import Store, open_store
-    from fieldeval.store.registration import ModelRecord
+    from fieldeval.store.core import Store, check_store, open_store
+    from fieldeval.store.compare import PartialRunError
+    from fieldeval.store.registration import ModelConflict, ModelRecord
     from fieldeval.store.runs import RunSummary
     from fieldeval.store.schema import MIGRATIONS, SCHEMA_VERSION, UtcDateTime
     from fieldeval.store.url import redact, resolve_url
 
 _LAZY = {
-    "Store": "core", "open_store": "core",
-    "ModelRecord": "registration", "RunSummary": "runs",
+    "Store": "core", "check_store": "core", "open_store": "core",
+    "ModelRecord": "registration", "ModelConflict": "registration", "RunSummary": "runs", "PartialRunError": "compare",
     "MIGRATIONS": "schema", "SCHEMA_VERSION": "schema", "UtcDateTime": "schema",
     "redact": "url", "resolve_url": "url",
 }
 _TABLES = ("schema_version", "models", "evaluations", "evaluation_benchmarks", "evaluation_metrics",
-           "evaluation_responses")
+           "evaluation_responses", "evaluation_errors")
 
-__all__ = ["DEFAULT_STORE_PATH", "MIGRATIONS", "ModelRecord", "RunSummary", "SCHEMA_VERSION", "STORE_ENV", "Store",
-           "UtcDateTime", "declared_columns", "default_store_url", "open_store", "read_endpoints", "redact",
+__all__ = ["DEFAULT_STORE_PATH", "MIGRATIONS", "ModelConflict", "ModelRecord", "PartialRunError", "RunSummary", "SCHEMA_VERSION", "STORE_ENV", "Store",
+           "UtcDateTime", "check_store", "declared_columns", "default_store_url", "open_store", "read_endpoints", "redact",
            "resolve_url", *_TABLES]
 
 

@@ -27,6 +27,20 @@ def declared_keys(declared: StoreColumns, values: Mapping[str, float | None]) ->
     return keys
 
 
+class PartialRunError(UsageError):
+    """A run to compare did not complete every planned item (the service answers 409)."""
+
+
+def partial_note(run_id: str, status: str, done: int | None, planned: int | None, errored: int | None) -> str:
+    """``run run_x is interrupted (12 of 340 items done, 3 errored)``."""
+    counts = []
+    if planned is not None:
+        counts.append(f"{'?' if done is None else done} of {planned} items done")
+    if errored:
+        counts.append(f"{errored} errored")
+    return f"run {run_id} is {status}" + (f" ({', '.join(counts)})" if counts else "")
+
+
 class Compare:
     """The :class:`~fieldeval.store.Store` method that puts runs side by side."""
 
@@ -35,11 +49,13 @@ class Compare:
     url: str
     columns: Mapping[str, StoreColumns]
 
-    def compare(self, run_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    def compare(self, run_ids: Sequence[str], *, allow_partial: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The side-by-side payload of the seed's ``GET /api/evaluations/compare``, for every benchmark.
 
         Args:
             run_ids: stored run ids, in the order to show them.
+            allow_partial: compare runs that are not ``completed`` too (their metrics cover only the
+                items that ran); their entries then carry ``"status"`` (e.g. ``"interrupted"``).
 
         Returns:
             ``{"runs": [entry, ...]}`` with one entry per (run, model): ``run_id``, ``model_name``,
@@ -50,6 +66,7 @@ class Compare:
 
         Raises:
             UsageError: no run ids, or a run id that is not stored.
+            PartialRunError: a run is not ``completed`` and ``allow_partial`` is False.
 
         Example:
             >>> store.compare(["run_3b9e204a", "run_9c1d88f0"])["runs"][1]["mean_dimension_score"]  # doctest: +SKIP
@@ -61,9 +78,17 @@ class Compare:
         t = self.tables
         with self.engine.connect() as conn:
             require_runs(conn, t, run_ids, self.url)
-            runs = {r.run_id: r for r in conn.execute(sa.select(t.evaluations.c.run_id, t.evaluations.c.label,
-                                                                t.evaluations.c.models)
-                                                      .where(t.evaluations.c.run_id.in_(run_ids)))}
+            e = t.evaluations
+            runs = {r.run_id: r for r in conn.execute(sa.select(e.c.run_id, e.c.label, e.c.models, e.c.status,
+                                                                e.c.items_done, e.c.items_planned, e.c.items_errored)
+                                                      .where(e.c.run_id.in_(run_ids)))}
+            for run_id in run_ids:
+                run = runs[run_id]
+                if run.status != "completed" and not allow_partial:
+                    raise PartialRunError(
+                        partial_note(run_id, run.status, run.items_done, run.items_planned, run.items_errored)
+                        + ": its metrics cover only the items that ran; compare completed runs, or pass "
+                        "--allow-partial (allow_partial=true over HTTP) to compare it marked as partial")
             benches = conn.execute(sa.select(t.evaluation_benchmarks).where(
                 t.evaluation_benchmarks.c.run_id.in_(run_ids)).order_by(t.evaluation_benchmarks.c.benchmark)).all()
             values = conn.execute(sa.select(t.evaluation_metrics.c.run_id, t.evaluation_metrics.c.benchmark,
@@ -92,5 +117,7 @@ class Compare:
                     for b in run_benches if (run_id, b.benchmark, model) in metric}
                 if any((b.benchmark, b.corpus_version) in legacy for b in run_benches):
                     entry["legacy"] = True
+                if runs[run_id].status != "completed":
+                    entry["status"] = runs[run_id].status
                 out.append(entry)
         return {"runs": out}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -14,7 +15,9 @@ from fieldeval.store.compare import Compare
 from fieldeval.store.location import default_store_url
 from fieldeval.store.registration import ModelRegistry
 from fieldeval.store.runs import RunStore
-from fieldeval.store.url import create_engine, redact, resolve_url
+from fieldeval.store.url import create_engine, database_errors, redact, resolve_url
+
+NO_STORE_FIX = "run an evaluation first or pass --store"
 
 
 class Store(ModelRegistry, RunStore, Compare):
@@ -62,21 +65,46 @@ class Store(ModelRegistry, RunStore, Compare):
             return list(conn.execute(sa.select(versions).order_by(versions)).scalars())
 
 
-def open_store(url: str | None = None, columns: Mapping[str, StoreColumns] | None = None) -> Store:
+def require_store(parsed: sa.URL, engine: Engine | None = None) -> None:
+    """A usage error unless the URL names an existing fieldeval store (nothing is created or written).
+
+    Called with only ``parsed`` it checks a SQLite file before any connection (connecting would
+    create it); with ``engine`` it checks that the database holds the ``schema_version`` table.
+    """
+    shown = parsed.render_as_string(hide_password=True)
+    if engine is None:
+        if parsed.get_backend_name() == "sqlite":
+            path = Path(parsed.database).expanduser()
+            if not path.exists():
+                raise UsageError(f"no store at {path}; {NO_STORE_FIX}")
+            if path.stat().st_size == 0:
+                raise UsageError(f"{path} is an empty file, not a fieldeval store; {NO_STORE_FIX}")
+        return
+    with database_errors(shown), engine.connect() as conn:
+        if not sa.inspect(conn).has_table(schema.GENERIC.schema_version.name):
+            raise UsageError(f"no fieldeval store in {shown}; {NO_STORE_FIX}")
+
+
+def open_store(url: str | None = None, columns: Mapping[str, StoreColumns] | None = None, *,
+               create: bool = True) -> Store:
     """Open (and create or migrate) a run store.
 
     Args:
-        url: ``sqlite:///PATH``, a bare file path, or ``postgresql://USER:PASSWORD@HOST:PORT/DB``
-            (served through psycopg 3); None means ``$FIELDEVAL_STORE`` or ``reports/fieldeval.db``.
+        url: ``sqlite:///PATH``, a bare file path ending in ``.db``, ``.sqlite`` or ``.sqlite3``, or
+            ``postgresql://USER:PASSWORD@HOST:PORT/DB`` (served through psycopg 3); None means
+            ``$FIELDEVAL_STORE`` or ``reports/fieldeval.db``.
         columns: benchmark name -> the columns it declares (``Benchmark.store_columns``); a declared
             column the tables lack is added on open. None: no benchmark-specific columns are filled
             (those already in the database are still read back).
+        create: False for readers: a missing or empty SQLite file, or a database without a store, is
+            a usage error instead of a new store (an existing store is still migrated).
 
     Returns:
         The store, with every migration in ``MIGRATIONS`` applied.
 
     Raises:
-        UsageError: the URL is malformed or unsupported, or the database cannot be reached.
+        UsageError: the URL is malformed or unsupported, the database cannot be reached or is
+            damaged, or (``create=False``) there is no store there.
 
     Example:
         >>> store = open_store("sqlite:///reports/fieldeval.db", columns=declared_columns())  # doctest: +SKIP
@@ -84,13 +112,45 @@ def open_store(url: str | None = None, columns: Mapping[str, StoreColumns] | Non
         ['run_3b9e204a', 'run_9c1d88f0']
     """
     parsed = resolve_url(url)
+    if not create:
+        require_store(parsed)
     engine = create_engine(parsed)
     store = Store(engine, redact(url or default_store_url()), columns)
     try:
-        store.migrate()
-    except sa.exc.OperationalError as error:
+        if not create:
+            require_store(parsed, engine)
+        with database_errors(parsed.render_as_string(hide_password=True)):
+            store.migrate()
+    except UsageError:
         engine.dispose()
-        lines = str(error.orig or error).strip().splitlines() or [type(error).__name__]
-        raise UsageError(f"--store {parsed.render_as_string(hide_password=True)!r}: cannot open the database "
-                         f"({lines[0].strip()}); start the server or fix the URL") from None
+        raise
     return store
+
+
+def check_store(url: str | None = None, *, create: bool) -> str:
+    """Check that a store can be opened and read, before a session spends anything on model calls.
+
+    Args:
+        url: as for :func:`open_store`; None means ``$FIELDEVAL_STORE`` or ``reports/fieldeval.db``.
+        create: True for a writer: the store is created or migrated. False for a reader: it must exist.
+
+    Returns:
+        The store URL, password hidden.
+
+    Raises:
+        UsageError: one line naming the file or URL: malformed, unreachable, damaged, or missing.
+
+    Example:
+        >>> check_store("sqlite:///reports/fieldeval.db", create=True)  # doctest: +SKIP
+        'sqlite:///reports/fieldeval.db'
+    """
+    with open_store(url, create=create) as store, database_errors(store.url), store.engine.connect() as conn:
+        t = store.tables
+        for table in (t.schema_version, t.models, t.evaluations, t.evaluation_errors):
+            conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+        if conn.dialect.name == "sqlite":  # a truncated file can read its first pages fine
+            problem = conn.exec_driver_sql("PRAGMA quick_check(1)").scalar_one()
+            if problem != "ok":
+                raise UsageError(f"--store {store.url!r}: the database is damaged ({problem}); "
+                                 "restore it from a backup or pass another --store")
+        return store.url

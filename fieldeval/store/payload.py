@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fieldeval.benchmark import StoreColumns
@@ -26,6 +26,7 @@ class FlatRun:
     benchmarks: list[dict[str, Any]]
     metrics: list[dict[str, Any]]
     responses: list[dict[str, Any]]
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def metric_entries(entry: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -171,6 +172,20 @@ def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: Sto
     }
 
 
+def _error_rows(run_id: str, errors: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """One ``evaluation_errors`` row per errored item of ``meta["errors"]``."""
+    out = []
+    for error in errors or ():
+        if not isinstance(error, Mapping):
+            raise UsageError(f"save_run: meta['errors'] holds {error!r}; pass dicts with benchmark, model, item, "
+                             "error_class and message")
+        out.append({"run_id": run_id, "benchmark": str(error.get("benchmark") or ""),
+                    "model": str(error.get("model") or ""), "item_id": str(error.get("item") or ""),
+                    "error_class": str(error.get("error_class") or "Exception"),
+                    "message": None if error.get("message") is None else str(error["message"])})
+    return out
+
+
 def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
                 meta: Mapping[str, Any], columns: Mapping[str, StoreColumns]) -> FlatRun:
     """The table rows of one run (see :meth:`fieldeval.store.Store.save_run` for the arguments)."""
@@ -208,6 +223,10 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         "run_group": meta.get("run_group"), "shard_index": integer(meta.get("shard_index")),
         "shard_count": integer(meta.get("shard_count")), "settings": json_ready(meta.get("settings")),
         "settings_hash": meta.get("settings_hash"),
+        "items_planned": integer(meta.get("items_planned")),
+        "items_done": integer(meta.get("items_done")),
+        "items_errored": integer(meta.get("items_errored")),
         **_declared_run_values(bench_payload, columns),
     }
-    return FlatRun(run_id, run, bench_rows, _metric_rows(run_id, bench_payload), responses)
+    return FlatRun(run_id, run, bench_rows, _metric_rows(run_id, bench_payload), responses,
+                   _error_rows(run_id, meta.get("errors")))

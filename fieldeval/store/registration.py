@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -11,6 +12,13 @@ from sqlalchemy.engine import Engine
 
 from fieldeval.errors import UsageError
 from fieldeval.store.schema import Tables, iso, utcnow
+
+
+KEY_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ModelConflict(UsageError):
+    """The name is already registered at another endpoint (the service answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class ModelRecord:
         parameters_billion: model size, when known.
         notes: free text (quantisation, hardware).
         registered_at: ISO 8601 UTC time of the first registration.
+        key_env: the environment variable the API key is read from at call time (never the key itself).
     """
 
     model_id: str
@@ -36,6 +45,7 @@ class ModelRecord:
     parameters_billion: float | None
     notes: str | None
     registered_at: str
+    key_env: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -88,8 +98,14 @@ class ModelRegistry:
         return self.register_model(name, endpoint, provider=provider, context_window=context_window,
                                    parameters_billion=parameters_billion, notes=notes)[0]
 
-    def register_model(self, name: str, endpoint: str, **fields: Any) -> tuple[ModelRecord, bool]:
-        """:meth:`add_model`, also saying whether the record is new."""
+    def register_model(self, name: str, endpoint: str, *, replace: bool = False,
+                       **fields: Any) -> tuple[ModelRecord, bool]:
+        """:meth:`add_model`, also saying whether the record is new.
+
+        A name has one endpoint: registering it at another endpoint (or with another ``key_env``) is
+        a :class:`ModelConflict` unless ``replace``, which points the existing record (same model_id)
+        at the new endpoint and drops any older endpoints of that name.
+        """
         name, endpoint = (name or "").strip(), (endpoint or "").strip()
         if not name:
             raise UsageError("models add NAME: the name is empty; pass the model name the endpoint serves")
@@ -99,6 +115,19 @@ class ModelRegistry:
         for key in ("context_window", "parameters_billion"):
             if fields.get(key) is not None and fields[key] <= 0:
                 raise UsageError(f"--{key.replace('_', '-')} {fields[key]}: must be positive")
+        key_env = fields.get("key_env")
+        if key_env is not None and not KEY_ENV_NAME.fullmatch(key_env):
+            raise UsageError("--key-env: not an environment variable name; pass the variable's name "
+                             "(e.g. OPENAI_API_KEY), never the key itself")
+        same_name = self.models_named(name)
+        if same_name:
+            latest = same_name[-1]
+            if (latest.endpoint, latest.key_env) == (endpoint, key_env) and len(same_name) == 1:
+                return latest, False
+            if not replace:
+                raise ModelConflict(f"model {name!r}: already registered at {latest.endpoint}; pass --replace "
+                                    f"(replace=true over HTTP) to point it at {endpoint}")
+            return self._replace(same_name, endpoint, fields), True
         models = self.tables.models
         for _ in range(3):
             existing = self._model(name, endpoint)
@@ -114,6 +143,26 @@ class ModelRegistry:
             assert record is not None, "a committed model registration must be readable"
             return record, True
         raise UsageError(f"models add {name} --endpoint {endpoint}: registration kept conflicting; try again")
+
+    def models_named(self, name: str) -> list[ModelRecord]:
+        """The records registered under ``name``, oldest first."""
+        models = self.tables.models
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(models).where(models.c.name == name)
+                                .order_by(models.c.registered_at, models.c.model_id)).all()
+        return [ModelRecord.from_row(row) for row in rows]
+
+    def _replace(self, same_name: list[ModelRecord], endpoint: str, fields: dict[str, Any]) -> ModelRecord:
+        """Point the newest record of a name at ``endpoint``; older records of the name are dropped."""
+        models, keep = self.tables.models, same_name[-1]
+        with self.engine.begin() as conn:
+            conn.execute(models.delete().where(models.c.model_id.in_([r.model_id for r in same_name[:-1]])))
+            cleared = dict.fromkeys(("key_env", "provider", "context_window", "parameters_billion", "notes"))
+            conn.execute(models.update().where(models.c.model_id == keep.model_id).values(
+                {**cleared, **fields, "endpoint": endpoint}))
+        record = self._model(keep.name, endpoint)
+        assert record is not None, "a committed replacement must be readable"
+        return record
 
     def _model(self, name: str, endpoint: str) -> ModelRecord | None:
         """The record for (name, endpoint), if any."""

@@ -17,14 +17,16 @@ from typing import Any
 
 from fieldeval.store.location import default_store_url, sqlite_path
 
-Endpoint = tuple[str, str, str]  # (name, endpoint, model_id), oldest registration first
+Endpoint = tuple[str, str, str, str | None]  # (name, endpoint, model_id, key_env), oldest registration first
 SERVER_CACHE_S = 60.0
-ENDPOINTS_SQL = "SELECT name, endpoint, model_id FROM models ORDER BY registered_at, model_id"
+ENDPOINTS_SQL = "SELECT name, endpoint, model_id, key_env FROM models ORDER BY registered_at, model_id"
+# a store not yet migrated to step 2 has no key_env column: its endpoints take no key
+ENDPOINTS_SQL_V1 = "SELECT name, endpoint, model_id, NULL FROM models ORDER BY registered_at, model_id"
 _cache: dict[str, tuple[Any, list[Endpoint]]] = {}
 
 
 def read_endpoints(url: str | None = None) -> list[Endpoint]:
-    """``(name, endpoint, model_id)`` of every registered model, oldest first, without migrating anything.
+    """``(name, endpoint, model_id, key_env)`` of every registered model, oldest first, without migrating anything.
 
     Args:
         url: a store URL or path; None means ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db``.
@@ -34,7 +36,7 @@ def read_endpoints(url: str | None = None) -> list[Endpoint]:
 
     Example:
         >>> read_endpoints("sqlite:///reports/fieldeval.db")  # doctest: +SKIP
-        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4')]
+        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4', None)]
     """
     url = url or default_store_url()
     path = sqlite_path(url)
@@ -57,7 +59,10 @@ def _read_sqlite(path: Path) -> list[Endpoint]:
         return cached[1]
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5) as conn:
-            rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL)]
+            try:
+                rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL)]
+            except sqlite3.OperationalError:
+                rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL_V1)]
     except sqlite3.Error:  # no models table yet, or not a store: nothing to register
         rows = []
     _cache[key] = (stamp, rows)
@@ -75,8 +80,14 @@ def _read_server(url: str) -> list[Endpoint]:
 
         engine = create_engine(resolve_url(url), connect_timeout_s=3)
         try:
+            from sqlalchemy.exc import ProgrammingError
+
             with engine.connect() as conn:
-                rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL)]
+                try:
+                    rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL)]
+                except ProgrammingError:
+                    conn.rollback()
+                    rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL_V1)]
         finally:
             engine.dispose()
     except Exception:  # a model lookup must never fail because the shared store is down

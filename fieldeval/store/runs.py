@@ -26,8 +26,11 @@ class RunSummary:
         benchmarks: benchmark names in the run.
         models: model names in the run.
         corpus_versions: corpus or suite version per benchmark.
-        status: ``completed``, ``failed``, ``interrupted``...
+        status: ``completed`` (every planned item ran) or ``interrupted``.
         total_items: items evaluated, errors included.
+        items_planned: items the session planned; None for runs stored before it was recorded.
+        items_done: items that ran (errored ones included); None for older runs.
+        items_errored: items that ended in an error; None for older runs.
         created_at: ISO 8601 UTC start time.
         completed_at: ISO 8601 UTC end time.
         legacy: True when a benchmark of the run used a superseded corpus version.
@@ -43,6 +46,9 @@ class RunSummary:
     created_at: str
     completed_at: str | None
     legacy: bool
+    items_planned: int | None = None
+    items_done: int | None = None
+    items_errored: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""
@@ -131,6 +137,8 @@ class RunStore:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
                 if flat.responses:
                     conn.execute(t.evaluation_responses.insert(), flat.responses)
+                if flat.errors:
+                    conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
             with self.engine.connect() as conn:
                 stored = conn.execute(sa.select(t.evaluations.c.run_id).where(
@@ -182,6 +190,7 @@ class RunStore:
             corpus_versions=versions.get(run.run_id, {}), status=run.status, total_items=run.total_items,
             created_at=iso(run.created_at), completed_at=iso(run.completed_at),
             legacy=any((b, v) in legacy for b, v in versions.get(run.run_id, {}).items()),
+            items_planned=run.items_planned, items_done=run.items_done, items_errored=run.items_errored,
         ) for run in runs]
 
     def get_run(self, run_id: str) -> dict[str, Any]:
@@ -193,7 +202,8 @@ class RunStore:
         Returns:
             The evaluations columns (times as ISO strings), ``corpus_versions`` and ``headline`` by
             benchmark, ``metrics`` as ``{bench: {model: {metric: {"value", "ci95", "n"}}}}``,
-            ``responses`` (the count), ``legacy``, and the saved ``payload``.
+            ``responses`` (the count), ``errors`` (``[{"benchmark", "model", "item_id", "error_class",
+            "message"}]``, in the order saved), ``legacy``, and the saved ``payload``.
 
         Raises:
             UsageError: the run id is not stored.
@@ -212,7 +222,13 @@ class RunStore:
                                        .order_by(t.evaluation_metrics.c.benchmark, t.evaluation_metrics.c.model)).all()
             run["responses"] = conn.execute(sa.select(sa.func.count()).select_from(t.evaluation_responses).where(
                 t.evaluation_responses.c.run_id == run_id)).scalar_one()
+            errors = conn.execute(sa.select(t.evaluation_errors.c.benchmark, t.evaluation_errors.c.model,
+                                            t.evaluation_errors.c.item_id, t.evaluation_errors.c.error_class,
+                                            t.evaluation_errors.c.message)
+                                  .where(t.evaluation_errors.c.run_id == run_id)
+                                  .order_by(t.evaluation_errors.c.error_id)).all()
             legacy = legacy_versions(conn, t)
+        run["errors"] = [error._asdict() for error in errors]
         run["created_at"], run["completed_at"] = iso(run["created_at"]), iso(run["completed_at"])
         run["corpus_versions"] = {b.benchmark: b.corpus_version for b in benches}
         run["content_hashes"] = {b.benchmark: b.content_hash for b in benches}
@@ -275,6 +291,6 @@ class RunStore:
             require_runs(conn, t, [run_id], self.url)
             deleted = conn.execute(t.evaluation_responses.delete().where(
                 t.evaluation_responses.c.run_id == run_id)).rowcount
-            for table in (t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):
+            for table in (t.evaluation_errors, t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):
                 conn.execute(table.delete().where(table.c.run_id == run_id))
         return deleted

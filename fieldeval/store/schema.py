@@ -88,6 +88,7 @@ class Tables:
     evaluation_benchmarks: sa.Table
     evaluation_metrics: sa.Table
     evaluation_responses: sa.Table
+    evaluation_errors: sa.Table
     run_columns: tuple[str, ...] = ()
     response_columns: tuple[str, ...] = ()
 
@@ -117,6 +118,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("parameters_billion", sa.Float),
             sa.Column("notes", sa.Text),
             sa.Column("registered_at", UtcDateTime, nullable=False),
+            sa.Column("key_env", sa.Text),
             sa.UniqueConstraint("name", "endpoint", name="uq_models_name_endpoint"),
         ),
         evaluations=sa.Table(
@@ -136,6 +138,9 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("payload", _JSON, nullable=False),
             sa.Column("created_at", UtcDateTime, nullable=False),
             sa.Column("completed_at", UtcDateTime),
+            sa.Column("items_planned", sa.Integer),
+            sa.Column("items_done", sa.Integer),
+            sa.Column("items_errored", sa.Integer),
             *_group_columns(),
             *(sa.Column(name, RUN_COLUMN_TYPE) for name in run_columns),
             sa.Index("ix_evaluations_created", "created_at"),
@@ -180,6 +185,17 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             *(sa.Column(name, RESPONSE_COLUMN_TYPE) for name in response_columns),
             sa.Index("ix_evaluation_responses_run", "run_id", "benchmark", "model"),
         ),
+        evaluation_errors=sa.Table(
+            "evaluation_errors", metadata,
+            sa.Column("error_id", _ID, primary_key=True, autoincrement=True),
+            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), nullable=False),
+            sa.Column("benchmark", sa.Text, nullable=False),
+            sa.Column("model", sa.Text, nullable=False),
+            sa.Column("item_id", sa.Text, nullable=False),
+            sa.Column("error_class", sa.Text, nullable=False),
+            sa.Column("message", sa.Text),
+            sa.Index("ix_evaluation_errors_run", "run_id"),
+        ),
         run_columns=run_columns,
         response_columns=response_columns,
     )
@@ -210,6 +226,24 @@ def _migration_1(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+# columns migration 2 adds to tables migration 1 made (a store created since has them already)
+_MIGRATION_2_COLUMNS = {"evaluations": ("items_planned", "items_done", "items_errored"), "models": ("key_env",)}
+
+
+def _migration_2(conn: Connection) -> None:
+    """Add evaluations.items_planned/items_done/items_errored, models.key_env and the evaluation_errors table."""
+    inspector = sa.inspect(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for table_name, names in _MIGRATION_2_COLUMNS.items():
+        present = {column["name"] for column in inspector.get_columns(table_name)}
+        table = getattr(GENERIC, table_name)
+        for name in names:
+            if name not in present:
+                kind = table.c[name].type.compile(dialect=conn.dialect)
+                conn.exec_driver_sql(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}")
+    GENERIC.evaluation_errors.create(conn, checkfirst=True)
+
+
 def _migration_3(conn: Connection) -> None:
     """Add run groups (evaluations.run_group, shard_*, settings*) and evaluation_responses.row_extra."""
     quote = conn.dialect.identifier_preparer.quote
@@ -227,6 +261,7 @@ def _migration_3(conn: Connection) -> None:
 # Benchmark-specific columns are not steps: _add_declared_columns adds them on every open.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: models, evaluations, benchmarks, metrics, responses", _migration_1),
+    (2, "items planned, done and errored per run; evaluation_errors; models.key_env", _migration_2),
     (3, "run groups: shards of one sharded run, their settings, full rows", _migration_3),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -1,7 +1,14 @@
-"""Store URLs and engines: SQLite files (WAL, long busy timeout) and PostgreSQL through psycopg 3."""
+"""Store URLs and engines: SQLite files (WAL, long busy timeout) and PostgreSQL through psycopg 3.
+
+A store is named by ``sqlite:///PATH``, ``postgresql://USER:PASSWORD@HOST:PORT/DB``, or a bare
+file path ending in ``.db``, ``.sqlite`` or ``.sqlite3`` (anything else without a scheme is refused
+rather than made into a new SQLite file: ``--store 'not a url'`` is a typo, not a store).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -11,6 +18,10 @@ from fieldeval.errors import UsageError
 from fieldeval.store.location import default_store_url
 
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+URL_FORMS = "sqlite:///PATH, a PATH ending in .db, or postgresql://USER:PASSWORD@HOST:PORT/DB"
+# what SQLite says about a file that is not (or no longer) a database
+_DAMAGED = ("file is not a database", "malformed", "disk image", "file is encrypted")
 
 
 def redact(url: str) -> str:
@@ -25,21 +36,44 @@ def resolve_url(url: str | None) -> sa.URL:
     """The SQLAlchemy URL for a store URL, a bare file path, or None (the default store)."""
     text = (url or default_store_url()).strip()
     if "://" not in text:
+        if not text.lower().endswith(SQLITE_SUFFIXES):
+            raise UsageError(f"--store {text!r}: not a store; use {URL_FORMS}")
         text = f"sqlite:///{Path(text).expanduser().resolve()}"
     try:
         parsed = sa.engine.make_url(text)
-    except sa.exc.ArgumentError:
-        raise UsageError(f"--store {text!r}: not a database URL; use sqlite:///PATH or "
-                         "postgresql://USER:PASSWORD@HOST:PORT/DB") from None
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        raise UsageError(f"--store {redact(text)!r}: not a database URL; use {URL_FORMS}") from None
     backend, _, driver = parsed.drivername.partition("+")
     if backend in ("postgresql", "postgres") and driver in ("", "psycopg"):
         return parsed.set(drivername="postgresql+psycopg")
     if backend == "sqlite" and driver in ("", "pysqlite"):
         if not parsed.database or parsed.database == ":memory:":
             raise UsageError(f"--store {text!r}: needs a file; use sqlite:///PATH (a memory database keeps no runs)")
+        if Path(parsed.database).expanduser().is_dir():
+            raise UsageError(f"--store {text!r}: {parsed.database} is a directory; name a file in it, "
+                             f"e.g. {Path(parsed.database) / 'fieldeval.db'}")
         return parsed.set(drivername="sqlite")
-    raise UsageError(f"--store {redact(text)!r}: unsupported database {parsed.drivername!r}; "
-                     "use sqlite:///PATH or postgresql://USER:PASSWORD@HOST:PORT/DB")
+    raise UsageError(f"--store {redact(text)!r}: unsupported database {parsed.drivername!r}; use {URL_FORMS}")
+
+
+def database_error(url: str, error: BaseException) -> UsageError:
+    """The one-line usage error for a database that cannot be opened or read (``url`` already redacted)."""
+    cause = getattr(error, "orig", None) or error
+    lines = str(cause).strip().splitlines() or [type(cause).__name__]
+    reason = lines[0].strip()
+    if any(mark in reason.lower() for mark in _DAMAGED):
+        return UsageError(f"--store {url!r}: the database is damaged or not a fieldeval store ({reason}); "
+                          "restore it from a backup or pass another --store")
+    return UsageError(f"--store {url!r}: cannot open the database ({reason}); start the server or fix the URL")
+
+
+@contextmanager
+def database_errors(url: str) -> Iterator[None]:
+    """Turn a database failure inside the block into :func:`database_error`'s one line."""
+    try:
+        yield
+    except sa.exc.DBAPIError as error:
+        raise database_error(url, error) from None
 
 
 def create_engine(url: sa.URL, *, connect_timeout_s: int = 10) -> Engine:
