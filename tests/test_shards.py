@@ -193,5 +193,8 @@ def test_a_shard_that_did_not_complete_is_refused_in_one_line(store_url, capsys)
 
 
 def test_a_group_with_no_shards_is_refused_in_one_line(store_url, capsys):
+    from fieldeval.store import open_store
+
+    open_store(store_url).close()  # a store, with no run of the group
     status, err = _merge(store_url, capsys)
     assert status == 2 and "run group 'g': no shards in the store" in err
