@@ -25,21 +25,13 @@ SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
 FLOAT_COLUMNS = ["ontology_score", "hierarchy_score", "enum_score"]
 # blank where the response does not parse (or the template has no value set), as upstream writes them
 OPTIONAL_BOOL_COLUMNS = ["curie_label_valid", "in_template_enum"]
-SIGNIFICANT_DECIMALS = 12  # 0.9, not 0.9000000000000001
+FLOAT_DECIMALS = 12  # 0.9, not 0.9000000000000001
 
 
 def score_row(response: str, ideal: str, template: str, *, index: OntologyIndex, enums: dict[str, frozenset[str]]) -> dict:
     """Every scored column for one response, as a plain dict."""
     score = score_ebs(response, ideal, index=index, allowed=enums.get(template))
     return {name: getattr(score, name) for name in SCORE_FIELDS}
-
-
-def template_of(row: dict) -> str:
-    """The template of a results row: ``sampleData`` or, failing that, from ``case_original_input``."""
-    value = row.get("sampleData")
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    return _template_in(row.get("case_original_input"))
 
 
 def _template_in(original_input) -> str:
@@ -90,7 +82,7 @@ def format_scored(df):
     for column in OPTIONAL_BOOL_COLUMNS:
         df[column] = pd.array(df[column], dtype="boolean")
     for column in FLOAT_COLUMNS:
-        df[column] = df[column].astype(float).round(SIGNIFICANT_DECIMALS)
+        df[column] = df[column].astype(float).round(FLOAT_DECIMALS)
     return df
 
 
