@@ -41,8 +41,11 @@ def test_cached_items_keep_their_original_tokens_and_cost(project):
     assert totals["est_cost_usd"] == pytest.approx(3 * (100 * 1.0 + 7 * 10.0) / 1e6)
     assert totals["cached_items"] == 3
     assert first["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"]["cached_items"] == 0
-    table = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text()
-    assert "\t100\t7\t0.00017\tTrue" in table
+    lines = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    cells = dict(zip(header, lines[1].split("\t")))
+    assert [cells[c] for c in ["prompt_tokens", "completion_tokens", "est_cost_usd", "cached"]] == \
+        ["100", "7", "0.00017", "True"]
 
 
 def test_changed_prompt_misses_the_cache(project):

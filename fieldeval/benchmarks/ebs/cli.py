@@ -13,7 +13,7 @@ def _score_ebs(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fieldeval.benchmarks.ebs.enums import load_enums
-    from fieldeval.benchmarks.ebs.tables import check_results_columns, score_results, summary_lines
+    from fieldeval.benchmarks.ebs.tables import check_results_columns, score_results, summary_lines, write_scored
     from fieldeval.ontology import load_index
 
     path = Path(args.results_tsv)
@@ -30,7 +30,7 @@ def _score_ebs(args: argparse.Namespace) -> int:
     outdir = Path(args.outdir) if args.outdir else path.parent
     outdir.mkdir(parents=True, exist_ok=True)
     out = outdir / "results_envo_scored.tsv"
-    scored.to_csv(out, sep="\t", index=False)
+    write_scored(scored, out)
     print(f"ontology: {index.version}")
     print("\n".join(summary_lines(scored)))
     print(f"\nwrote {out} ({len(scored)} rows)")
@@ -77,7 +77,8 @@ def register_cli(groups: CliGroups) -> None:
     """Add ``fieldeval score ebs``, ``fieldeval generate ebs`` and ``fieldeval enums``."""
     s_ebs = groups.score.add_parser("ebs", help="ontology-aware env_broad_scale scores for an llm-matrix results.tsv")
     s_ebs.add_argument("results_tsv", metavar="RESULTS_TSV")
-    s_ebs.add_argument("-o", "--outdir", metavar="OUTDIR", help="output folder (default: the input's folder)")
+    s_ebs.add_argument("-o", "--output-dir", "--outdir", dest="outdir", metavar="OUTDIR",
+                       help="output folder (default: the input's folder)")
     s_ebs.add_argument("--ontology", metavar="SELECTOR", help="oaklib selector (default: the pinned ENVO OBO)")
     s_ebs.add_argument("--enum-dir", metavar="DIR", help="value-set folder (default: enum_data/)")
     s_ebs.set_defaults(func=_score_ebs)

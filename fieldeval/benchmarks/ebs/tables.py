@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import re
 from collections import Counter, defaultdict
@@ -12,20 +13,29 @@ from fieldeval.stats import mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs
 
 METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
-SCORE_COLUMNS = [field.name for field in dataclasses.fields(EbsScore)]
+# what upstream's envo_scorer.py adds to results.tsv, in its order (cost columns are its stubs)
 COST_COLUMNS = ["response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd"]
+UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", "truth_curie", "curie_label_valid",
+                    "exact_match", "relationship", "hop_distance", "in_template_enum", "ontology_score",
+                    *COST_COLUMNS]
+# fieldeval's own columns, after upstream's
+EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie"]
+SCORED_COLUMNS = [*UPSTREAM_COLUMNS, *EXTRA_COLUMNS]
+SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
+FLOAT_COLUMNS = ["ontology_score", "hierarchy_score", "enum_score"]
+# blank where the response does not parse (or the template has no value set), as upstream writes them
+OPTIONAL_BOOL_COLUMNS = ["curie_label_valid", "in_template_enum"]
+FLOAT_DECIMALS = 12  # 0.9, not 0.9000000000000001
+
 
 def score_row(response: str, ideal: str, template: str, *, index: OntologyIndex, enums: dict[str, frozenset[str]]) -> dict:
     """Every scored column for one response, as a plain dict."""
-    return dataclasses.asdict(score_ebs(response, ideal, index=index, allowed=enums.get(template)))
+    score = score_ebs(response, ideal, index=index, allowed=enums.get(template))
+    return {name: getattr(score, name) for name in SCORE_FIELDS}
 
 
-def template_of(row: dict) -> str:
-    """The template of a results row: ``sampleData`` or, failing that, from ``case_original_input``."""
-    value = row.get("sampleData")
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    match = re.search(r"sampleData['\"]?\s*[:=]\s*['\"]?(\w+)", str(row.get("case_original_input") or ""))
+def _template_in(original_input) -> str:
+    match = re.search(r"sampleData['\"]?\s*[:=]\s*['\"]?(\w+)", str(original_input or ""))
     return match.group(1) if match else ""
 
 
@@ -40,55 +50,132 @@ def check_results_columns(columns) -> None:
 
 
 def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]]):
-    """Add the scored columns (and empty cost columns where absent) to an llm-matrix results table."""
+    """Add the scored columns to an llm-matrix results table: its own columns, upstream's, then fieldeval's.
+
+    Each distinct (response, ideal, template) is scored once; the input's cost
+    columns keep their values (blank where absent) at upstream's position.
+    """
+    import numpy as np
     import pandas as pd
 
     check_results_columns(df.columns)
-    records = df.to_dict("records")
-    scored = pd.DataFrame(
-        [score_row(_text(r["response_text"]), _text(r["case_ideal"]), template_of(r), index=index, enums=enums)
-         for r in records],
-        columns=SCORE_COLUMNS,
-        index=df.index,
-    )
-    out = pd.concat([df.drop(columns=[c for c in SCORE_COLUMNS if c in df.columns]), scored], axis=1)
-    for column in COST_COLUMNS:
-        if column not in out.columns:
-            out[column] = None
-    out["hop_distance"] = out["hop_distance"].astype("Int64")
-    return out
+    keys = zip(_texts(df["response_text"]), _texts(df["case_ideal"]), _templates(df))
+    first: dict[tuple[str, str, str], int] = {}
+    codes = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.intp, count=len(df))
+    scores = [score_ebs(response, ideal, index=index, allowed=enums.get(template))
+              for response, ideal, template in first]
+    columns = {name: _values([getattr(score, name) for score in scores])[codes] for name in SCORE_FIELDS}
+    for name in COST_COLUMNS:
+        columns[name] = df[name].to_numpy() if name in df.columns else np.full(len(df), None, dtype=object)
+    scored = format_scored(pd.DataFrame(columns, index=df.index, columns=SCORED_COLUMNS))
+    return pd.concat([df.drop(columns=[c for c in SCORED_COLUMNS if c in df.columns]), scored], axis=1)
+
+
+def format_scored(df):
+    """The scored columns as upstream writes them: integer hops, blanks for None, floats to 12 decimals."""
+    import pandas as pd
+
+    df = df.copy()
+    for column in ["parse_success", "exact_match"]:
+        df[column] = df[column].astype(bool)
+    df["hop_distance"] = pd.array(df["hop_distance"], dtype="Int64")
+    for column in OPTIONAL_BOOL_COLUMNS:
+        df[column] = pd.array(df[column], dtype="boolean")
+    for column in FLOAT_COLUMNS:
+        df[column] = df[column].astype(float).round(FLOAT_DECIMALS)
+    return df
+
+
+def _values(items: list):
+    import numpy as np
+
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
+
+
+def _texts(column) -> list[str]:
+    return [value if type(value) is str else _text(value) for value in column.tolist()]
+
+
+def _templates(df) -> list[str]:
+    samples = _texts(df["sampleData"]) if "sampleData" in df.columns else [""] * len(df)
+    originals = df["case_original_input"].tolist() if "case_original_input" in df.columns else [""] * len(df)
+    return [sample.strip() or _template_in(original) for sample, original in zip(samples, originals)]
 
 
 def _text(value) -> str:
     return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
+def write_scored(df, path: Path) -> None:
+    """Write a scored table as ``df.to_csv(path, sep="\\t", index=False)`` would, None and NA as empty cells.
+
+    Lines are joined directly when no cell needs quoting (no tab, newline,
+    carriage return or double quote), several times faster than ``to_csv``;
+    otherwise the csv module quotes the cells as ``to_csv`` does.
+    """
+    header = [str(name) for name in df.columns]
+    columns = [_cells(df.iloc[:, position]) for position in range(df.shape[1])]
+    text = "\n".join(map("\t".join, [header, *zip(*columns)])) + "\n"
+    plain = ('"' not in text and "\r" not in text and text.count("\n") == len(df) + 1
+             and text.count("\t") == (len(df) + 1) * (len(header) - 1))
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        if plain:
+            handle.write(text)
+        else:
+            writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(zip(*columns))
+
+
+def _cells(column) -> list[str]:
+    """A column's cells as text, each distinct value formatted once; missing values blank."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(column)
+    return _values([*map(str, uniques), ""])[codes].tolist()  # code -1 (missing) is the blank
+
+
 def summary_lines(df) -> list[str]:
-    """The per-model summary printed after scoring a results table."""
+    """The per-model summary printed after scoring a results table.
+
+    CURIE-label validity and enum compliance count only the rows where they are
+    defined (parsed responses; templates with a value set), each with its n; a
+    model with none is left out, as upstream's summary does.
+    """
     lines = ["", "env_broad_scale scoring summary", "", "Model ranking (mean ontology_score):"]
     models = df.groupby("model")["ontology_score"].agg(["mean", "count"]).sort_values("mean", ascending=False)
     for model, row in models.iterrows():
         lines.append(f"  {row['mean']:.3f}  {model}  (n={int(row['count'])})")
-    for title, column in [("Exact match rate", "exact_match"), ("Parse rate", "parse_success"),
-                          ("CURIE-label validity", "curie_label_valid")]:
+    for title, column in [("Exact match rate", "exact_match"), ("Parse rate", "parse_success")]:
         lines += ["", f"{title}:"]
         for model, rate in df.groupby("model")[column].mean().items():
             lines.append(f"  {rate:6.1%}  {model}")
-    lines += ["", "Enum compliance (rows whose template has a value set):"]
-    for model, group in df.groupby("model"):
-        with_enum = group["in_template_enum"].dropna()
-        rate = f"{with_enum.astype(bool).mean():6.1%}" if len(with_enum) else "   n/a"
-        lines.append(f"  {rate}  {model}  (n={len(with_enum)})")
+    for title, column in [("CURIE-label validity (parsed responses):", "curie_label_valid"),
+                          ("Enum compliance (parsed responses whose template has a value set):", "in_template_enum")]:
+        lines += ["", title]
+        defined = df[df[column].notna()]
+        for model, group in defined.groupby("model"):
+            lines.append(f"  {group[column].astype(bool).mean():6.1%}  {model}  (n={len(group)})")
+        if defined.empty:
+            lines.append("     n/a  (no rows)")
     lines += ["", "Relationship breakdown (descendant = more specific, ancestor = vaguer):"]
-    for model, group in df.groupby("model"):
-        counts = Counter(group["relationship"].fillna("parse_failure"))
-        lines.append(f"  {model}: " + ", ".join(f"{k}={counts[k]}" for k in sorted(counts)))
+    relationships = df["relationship"].astype(object).fillna("parse_failure")
+    counts = relationships.groupby(df["model"]).value_counts()
+    for model in sorted(df["model"].unique()):
+        lines.append(f"  {model}: " + ", ".join(f"{k}={n}" for k, n in sorted(counts[model].items())))
     return lines
 
+
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """Per-metric values with bootstrap intervals, relationship counts and per-stratum scores."""
+    """Per-metric values with bootstrap intervals, relationship counts and per-stratum scores.
+
+    A metric counts the rows where it is defined: ``curie_label_valid`` and
+    ``in_template_enum`` are None (not False) for a response that does not parse.
+    """
     out: dict = {}
-    for metric in METRICS:  # curie_label_valid and in_template_enum are None where they do not apply
+    for metric in METRICS:
         out[metric] = mean_metric([float(r[metric]) for r in rows if r[metric] is not None],
                                   seed=seed, resamples=resamples)
     counts = Counter(r["relationship"] or "parse_failure" for r in rows)
@@ -106,15 +193,12 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
-    """Write the run's scored table as ``reports/ebs/results_envo_scored.tsv``."""
+    """Write the run's scored table as ``reports/ebs/results_envo_scored.tsv``: upstream's order, then extras."""
     import pandas as pd
 
     folder = reports_dir / "ebs"
     folder.mkdir(parents=True, exist_ok=True)
-    columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text",
-               *SCORE_COLUMNS, *COST_COLUMNS, "cached"]
-    df = pd.DataFrame(rows).reindex(columns=columns)
-    df["hop_distance"] = df["hop_distance"].astype("Int64")
+    columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
-    df.to_csv(path, sep="\t", index=False)
+    write_scored(format_scored(pd.DataFrame(rows).reindex(columns=columns)), path)
     return [path]
