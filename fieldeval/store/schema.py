@@ -226,34 +226,35 @@ def _migration_1(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-# columns migration 2 adds to tables migration 1 made (a store created since has them already)
-_MIGRATION_2_COLUMNS = {"evaluations": ("items_planned", "items_done", "items_errored"), "models": ("key_env",)}
+def _add_missing_columns(conn: Connection, table: sa.Table, names: Iterable[str],
+                         kind: Callable[[str], sa.types.TypeEngine] | None = None) -> list[str]:
+    """ALTER TABLE ... ADD COLUMN for each of ``names`` the table lacks (typed as in ``table``, or by ``kind``).
+
+    Returns:
+        Every column the table has afterwards.
+    """
+    present = [column["name"] for column in sa.inspect(conn).get_columns(table.name)]
+    quote = conn.dialect.identifier_preparer.quote
+    for name in names:
+        if name not in present:
+            column_type = kind(name) if kind is not None else table.c[name].type
+            ddl = column_type.dialect_impl(conn.dialect).compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {ddl}")
+            present.append(name)
+    return present
 
 
 def _migration_2(conn: Connection) -> None:
     """Add evaluations.items_planned/items_done/items_errored, models.key_env and the evaluation_errors table."""
-    inspector = sa.inspect(conn)
-    quote = conn.dialect.identifier_preparer.quote
-    for table_name, names in _MIGRATION_2_COLUMNS.items():
-        present = {column["name"] for column in inspector.get_columns(table_name)}
-        table = getattr(GENERIC, table_name)
-        for name in names:
-            if name not in present:
-                kind = table.c[name].type.compile(dialect=conn.dialect)
-                conn.exec_driver_sql(f"ALTER TABLE {quote(table_name)} ADD COLUMN {quote(name)} {kind}")
+    _add_missing_columns(conn, GENERIC.evaluations, ("items_planned", "items_done", "items_errored"))
+    _add_missing_columns(conn, GENERIC.models, ("key_env",))
     GENERIC.evaluation_errors.create(conn, checkfirst=True)
 
 
 def _migration_3(conn: Connection) -> None:
     """Add run groups (evaluations.run_group, shard_*, settings*) and evaluation_responses.row_extra."""
-    quote = conn.dialect.identifier_preparer.quote
-    for table, names in [(GENERIC.evaluations, [c.name for c in _group_columns()]),
-                         (GENERIC.evaluation_responses, ["row_extra"])]:
-        present = {column["name"] for column in sa.inspect(conn).get_columns(table.name)}
-        for name in names:
-            if name not in present:
-                kind = table.c[name].type.dialect_impl(conn.dialect).compile(dialect=conn.dialect)
-                conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
+    _add_missing_columns(conn, GENERIC.evaluations, [c.name for c in _group_columns()])
+    _add_missing_columns(conn, GENERIC.evaluation_responses, ["row_extra"])
     next(i for i in GENERIC.evaluations.indexes if i.name == "ix_evaluations_run_group").create(conn, checkfirst=True)
 
 
@@ -268,14 +269,8 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 def _add_declared_columns(conn: Connection, table: sa.Table, declared: Iterable[str], kind: type) -> tuple[str, ...]:
-    """ALTER TABLE ... ADD COLUMN for each declared column the table lacks; returns its benchmark-specific columns."""
-    present = [column["name"] for column in sa.inspect(conn).get_columns(table.name)]
-    quote = conn.dialect.identifier_preparer.quote
-    for name in declared:
-        if name not in present:
-            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} "
-                                 f"{kind().compile(dialect=conn.dialect)}")
-            present.append(name)
+    """Add each declared column the table lacks; returns its benchmark-specific columns."""
+    present = _add_missing_columns(conn, table, declared, kind=lambda _: kind())
     return tuple(name for name in present if name not in table.c)
 
 
