@@ -21,6 +21,7 @@ import pytest
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.client import ModelClient, resolve_model
 from fieldeval.errors import UsageError, exit_on_usage_error
+from fieldeval.failures import failure_class
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.progress import Progress
@@ -53,6 +54,8 @@ class EvalSession:
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
+        self.status = "running"
         self.progress = Progress()
         self._contexts: dict[str, Any] = {}
         self._payload: dict | None = None
@@ -200,8 +203,8 @@ class EvalSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the rows, errors and progress an item's report carries (controller only)."""
-        if hasattr(self.config, "workerinput"):  # xdist workers send their reports to the controller
-            return
+        if hasattr(self.config, "workerinput") or self.status != "running":  # workers send reports on; the
+            return  # run is what finished before the session began to finish (late xdist reports are left out)
         props = dict(report.user_properties)
         if ITEM_KEY not in props:
             return
@@ -212,6 +215,8 @@ class EvalSession:
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
             self._announce_permanent(item["model"], error)
+            self.failed_items.append({"benchmark": key[0], "model": key[1], "item": report.nodeid,
+                                      **failure_class(report, props.get(ERROR_KEY))})
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
                 if name == ROW_KEY:
@@ -237,6 +242,10 @@ class EvalSession:
     def has_results(self) -> bool:
         """Whether any eval item reported."""
         return bool(self.rows or self.errors)
+
+    def ran_evals(self) -> bool:
+        """Whether this session planned or ran eval items (and so writes a report and stores a run)."""
+        return bool(self.selected) and not self.config.option.collectonly
 
     def sorted_rows(self, benchmark: str) -> list[dict]:
         """A benchmark's rows in a stable order, whatever order the workers finished in."""
@@ -283,6 +292,7 @@ class EvalSession:
                       "hits": sum(1 for r in all_rows if r.get("cached")),
                       "misses": sum(1 for r in all_rows if not r.get("cached"))},
             "gates": self._gate_results(out),
+            "status": self.status,
         }
         return self._payload
 
@@ -304,7 +314,7 @@ class EvalSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
         """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
-        if self.has_results():
+        if self.ran_evals():
             json_report["evals"] = self.payload()
 
     def reports_dir(self) -> Path:
@@ -312,10 +322,19 @@ class EvalSession:
         explicit = self.options.reports_dir
         return Path(explicit) if explicit else self.config.rootpath / "reports"
 
-    def write_outputs(self) -> None:
-        """Each benchmark's scored tables."""
+    def finish(self, exitstatus: int) -> None:
+        """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
+        self.stop_prefetch()
+        self.status = self.run_status(exitstatus)
+        self._payload = None
+        self.payload()
+
+    def write_outputs(self, folder: Path) -> list[Path]:
+        """Each benchmark's scored tables under ``folder``; the paths written."""
+        written: list[Path] = []
         for name in sorted(self.rows):
-            self.benchmark(name).write_outputs(self.sorted_rows(name), self.reports_dir())
+            written += self.benchmark(name).write_outputs(self.sorted_rows(name), folder)
+        return written
 
     # --- the run store -------------------------------------------------------------------------
 
@@ -339,8 +358,12 @@ class EvalSession:
             "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
             "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
             "git_commit": _git_commit(self.config.rootpath),
-            "status": self.run_status(exitstatus),
+            "status": self.status if self.status != "running" else self.run_status(exitstatus),
             "completed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "items_planned": sum(self.progress.planned.values()),
+            "items_done": sum(self.progress.done.values()),
+            "items_errored": sum(self.progress.errors.values()),
+            "errors": self.failed_items,
         }
         default = self.config.rootpath / "reports" / "fieldeval.db"
         try:
