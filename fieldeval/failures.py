@@ -113,9 +113,10 @@ def failure_class(report: Any, model_error: str | None) -> dict[str, str]:
     """``error_class`` and ``message`` of a failed item: the model call's, else the exception's first line."""
     if model_error is not None:
         error = json.loads(model_error)
-        name, _, message = error["detail"].partition(": ")
-        if name.isidentifier() and message:
-            return {"error_class": name, "message": message}
+        parts = error["detail"].split(": ")
+        for number, part in enumerate(parts[:-1]):
+            if part.isidentifier():
+                return {"error_class": part, "message": ": ".join(parts[:number] + parts[number + 1:])}
         return {"error_class": error["kind"], "message": error["detail"]}
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr or report.when)
