@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from fieldeval.progress import write_atomic
@@ -65,7 +65,7 @@ class RunFiles:
 
     def mark(self, status: str, **fields: object) -> None:
         """Write ``status.json``: ``running`` while the session runs, then its run status."""
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
         write_atomic(self.folder / STATUS_FILE, json.dumps(
             {"run_id": self.run_id, "status": status, "pid": os.getpid(), "updated_at": now, **fields}) + "\n")
 

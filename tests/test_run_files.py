@@ -17,7 +17,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def test_each_run_keeps_its_report_and_tables_and_the_newest_is_published(project):
-    _, first = run(project, "--run-id", "run_00000001", "--cache", "off")
+    run(project, "--run-id", "run_00000001", "--cache", "off")
     _, second = run(project, "--run-id", "run_00000002", "--cache", "off", "-k", "not case000")
     runs = project.path / "reports" / "runs"
     assert json.loads((runs / "run_00000001" / "report.json").read_text())["evals"]["run_id"] == "run_00000001"
