@@ -313,7 +313,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
     for gate in payload["gates"]:
-        if not gate["passed"]:
+        if gate.get("reason"):
+            terminalreporter.write_line(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}",
+                                        red=True)
+        elif not gate["passed"]:
             terminalreporter.write_line(
                 f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value "
                 f"{gate['value']} is below the threshold {gate['threshold']}", red=True)

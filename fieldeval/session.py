@@ -22,6 +22,7 @@ from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.client import ModelClient, resolve_model
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.failures import failure_class
+from fieldeval.gates import check_gate, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.progress import Progress
@@ -105,9 +106,14 @@ class EvalSession:
         return list(dict.fromkeys(self.options.models or [self.benchmark(name).baseline]))
 
     def prepare(self) -> None:
-        """Check the models and load every selected benchmark's inputs before collection (controller)."""
+        """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
         for model in self.options.models:
             resolve_model(model)
+        url = self.store_url()
+        if url is not None and self.selected and not self.config.option.collectonly:
+            from fieldeval.store import check_store
+
+            check_store(url, create=True)
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
@@ -291,25 +297,10 @@ class EvalSession:
             "cache": {"mode": self.options.cache,
                       "hits": sum(1 for r in all_rows if r.get("cached")),
                       "misses": sum(1 for r in all_rows if not r.get("cached"))},
-            "gates": self._gate_results(out),
+            "gates": gate_results(self.gates, out, on=self.options.gate_on, ran=self.selected),
             "status": self.status,
         }
         return self._payload
-
-    def _gate_results(self, out: dict) -> list[dict]:
-        on = self.options.gate_on
-        results = []
-        for gate in self.gates:
-            for model, entry in out.get(gate.bench, {}).items():
-                if gate.model is not None and gate.model != model:
-                    continue
-                value = (entry.get(gate.metric) or {}).get("value")
-                if on == "lower" and value is not None:
-                    value = entry[gate.metric]["ci95"][0]
-                results.append({"metric": f"{gate.bench}.{gate.metric}", "model": model, "gate_on": on,
-                                "value": value, "threshold": gate.threshold,
-                                "passed": value is not None and value >= gate.threshold})
-        return results
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -338,6 +329,11 @@ class EvalSession:
 
     # --- the run store -------------------------------------------------------------------------
 
+    def store_url(self) -> str | None:
+        """``--store``, else ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db`` under the project root; None: no store."""
+        url = self.options.store or os.environ.get("FIELDEVAL_STORE") or str(self.config.rootpath / "reports" / "fieldeval.db")
+        return None if url.lower() == "none" else url
+
     def run_status(self, exitstatus: int) -> str:
         """``completed`` only when every planned item ran and pytest ended normally; else ``interrupted``."""
         planned = sum(self.progress.planned.values())
@@ -347,8 +343,8 @@ class EvalSession:
 
     def save_run(self, exitstatus: int) -> None:
         """Store the finished session as an immutable run (controller only)."""
-        url = self.options.store or os.environ.get("FIELDEVAL_STORE")
-        if url is not None and url.lower() == "none":
+        url = self.store_url()
+        if url is None:
             return
         from fieldeval.store import declared_columns, open_store
 
@@ -365,30 +361,11 @@ class EvalSession:
             "items_errored": sum(self.progress.errors.values()),
             "errors": self.failed_items,
         }
-        default = self.config.rootpath / "reports" / "fieldeval.db"
         try:
-            with open_store(url or str(default), columns=declared_columns()) as store:
+            with open_store(url, columns=declared_columns()) as store:
                 store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
         except UsageError as error:
             self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
-
-
-def check_gate(gate: Gate) -> None:
-    """A gate names an installed benchmark and one of its metrics, with a threshold in the metric's range."""
-    bench = get_benchmark_for_gate(gate)
-    metric = bench.metric(gate.metric)
-    if not metric.low <= gate.threshold <= metric.high:
-        raise UsageError(f"threshold {gate.bench}.{gate.metric}={gate.threshold:g}: must be between "
-                         f"{metric.low:g} and {metric.high:g}")
-
-
-def get_benchmark_for_gate(gate: Gate) -> Benchmark:
-    """The gate's benchmark; a usage error naming the installed ones when absent."""
-    known = benchmarks()
-    if gate.bench not in known:
-        raise UsageError(f"threshold {gate.bench}.{gate.metric}: unknown benchmark {gate.bench!r}; "
-                         f"choose from {', '.join(sorted(known))}")
-    return known[gate.bench]
 
 
 def _git_commit(root: Path) -> str | None:
@@ -401,4 +378,4 @@ def _git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-__all__ = ["EvalSession", "check_gate"]
+__all__ = ["EvalSession"]

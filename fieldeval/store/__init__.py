@@ -13,6 +13,7 @@ postgresql://...``). The modules:
 - :mod:`~fieldeval.store.runs`: save, list, show, responses, delete.
 - :mod:`~fieldeval.store.compare`: the seed's compare payload.
 - :mod:`~fieldeval.store.core`: :class:`Store` and :func:`open_store`.
+- :mod:`~fieldeval.store.check`: :func:`check_store`, before a session makes any model call.
 
 Importing this package does not import SQLAlchemy (llm looks up registered
 endpoints on every model lookup); the names below that need it load on first use.
@@ -28,6 +29,7 @@ from fieldeval.store.registry import read_endpoints
 
 if TYPE_CHECKING:
     from fieldeval.benchmark import StoreColumns
+    from fieldeval.store.check import check_store
     from fieldeval.store.core import Store, open_store
     from fieldeval.store.registration import ModelRecord
     from fieldeval.store.runs import RunSummary
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from fieldeval.store.url import redact, resolve_url
 
 _LAZY = {
-    "Store": "core", "open_store": "core",
+    "Store": "core", "open_store": "core", "check_store": "check",
     "ModelRecord": "registration", "RunSummary": "runs",
     "MIGRATIONS": "schema", "SCHEMA_VERSION": "schema", "UtcDateTime": "schema",
     "redact": "url", "resolve_url": "url",
@@ -44,7 +46,7 @@ _TABLES = ("schema_version", "models", "evaluations", "evaluation_benchmarks", "
            "evaluation_responses")
 
 __all__ = ["DEFAULT_STORE_PATH", "MIGRATIONS", "ModelRecord", "RunSummary", "SCHEMA_VERSION", "STORE_ENV", "Store",
-           "UtcDateTime", "declared_columns", "default_store_url", "open_store", "read_endpoints", "redact",
+           "UtcDateTime", "check_store", "declared_columns", "default_store_url", "open_store", "read_endpoints", "redact",
            "resolve_url", *_TABLES]
 
 
