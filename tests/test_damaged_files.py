@@ -72,8 +72,7 @@ def test_damaged_store_stops_the_run_before_any_model_call(project):
 def test_unreachable_store_is_one_line_with_the_password_hidden(project):
     result = project.runpytest_subprocess(*ARGS, "--store", "postgresql://fe:s3cret@127.0.0.1:1/fieldeval")
     assert result.ret == 2
-    result.stderr.fnmatch_lines(["Exit: --store 'postgresql*://fe:***@127.0.0.1:1/fieldeval': cannot open the "
-                                 "database*"])
+    result.stderr.fnmatch_lines(["Exit: --store 'postgresql*://fe:***@127.0.0.1:1/fieldeval': cannot open*"])
     assert "s3cret" not in result.stderr.str() + result.stdout.str()
     assert not (project.path / "calls.log").exists()
 
