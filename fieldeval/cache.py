@@ -42,7 +42,7 @@ def cache_key(model_id: str, options: dict[str, Any], system: str | None, prompt
         {"model": model_id, "options": options, "system": system, "prompt": prompt, "schema": schema},
         sort_keys=True, ensure_ascii=False, default=str,
     )
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,19 @@ def _check_length(path: Path) -> None:
     pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
     if pages and counter == valid_for and path.stat().st_size < pages * page_size:
         raise sqlite3.DatabaseError(f"truncated: {path.stat().st_size} of {pages * page_size} bytes")
+
+
+def _text_to_db(text: str) -> str | bytes:
+    """Text SQLite can hold: as is, or (lone surrogates, which UTF-8 cannot encode) as a BLOB that round-trips."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+    return text
+
+
+def _text_from_db(value: str | bytes) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
 
 
 def _warn(line: str) -> None:
@@ -132,7 +145,7 @@ class ResponseCache:
             row = db.execute(
                 "SELECT text, response_time_s, prompt_tokens, completion_tokens FROM responses WHERE key = ?", (key,)
             ).fetchone()
-        return CachedResponse(*row) if row else None
+        return CachedResponse(_text_from_db(row[0]), *row[1:]) if row else None
 
     def put(self, key: str, model: str, response: CachedResponse) -> None:
         """Store (or replace) the response for a key."""
@@ -140,7 +153,7 @@ class ResponseCache:
             db.execute(
                 "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, completion_tokens)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, model, response.text, response.response_time_s, response.prompt_tokens,
+                (key, model, _text_to_db(response.text), response.response_time_s, response.prompt_tokens,
                  response.completion_tokens),
             )
 

@@ -119,5 +119,5 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     df = pd.DataFrame(rows).reindex(columns=columns)
     df["hop_distance"] = df["hop_distance"].astype("Int64")
     path = folder / "results_envo_scored.tsv"
-    df.to_csv(path, sep="\t", index=False)
+    df.to_csv(path, sep="\t", index=False, errors="backslashreplace")
     return [path]

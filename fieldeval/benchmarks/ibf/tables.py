@@ -26,7 +26,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder = Path(reports_dir) / "ibf"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SCORES_FILE
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(TABLE_COLUMNS)
         for row in rows:

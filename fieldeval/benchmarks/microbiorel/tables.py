@@ -58,7 +58,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows).reindex(columns=PREDICTION_COLUMNS)
     path = folder / "predictions.tsv"
-    df.to_csv(path, sep="\t", index=False)
+    df.to_csv(path, sep="\t", index=False, errors="backslashreplace")
     return [path]
 
 
