@@ -108,8 +108,8 @@ def read_jsonl(path: str | Path, *, what: str, hint: str = "") -> list[tuple[int
         try:
             out.append((number, json.loads(line)))
         except json.JSONDecodeError as error:
-            raise UsageError(f"{what} {path} line {number}: not JSON ({error.msg}){f'; {hint}' if hint else ''}") \
-                from None
+            fix = f"; {hint}" if hint else ""
+            raise UsageError(f"{what} {path} line {number}: not JSON ({error.msg}){fix}") from None
     return out
 
 

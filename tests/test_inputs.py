@@ -78,7 +78,7 @@ def test_option_files_refuse_garbage(tmp_path_factory, data):
 
 
 def test_bom_and_crlf_read_as_plain_utf8(tmp_path, capsys):
-    rows = ["\t".join(["item_id", *DIMENSIONS, "model"]), "\t".join(["ci_1", "4", "3", "2", "1", "0", "phi"])]
+    rows = ["\t".join(["item_id", *DIMENSIONS, "model"]), "ci_1\t4\t3\t2\t1\t0\tphi"]
     plain, marked = tmp_path / "plain.tsv", tmp_path / "marked.tsv"
     plain.write_text("\n".join(rows) + "\n", encoding="utf-8")
     marked.write_bytes(("\ufeff" + "\r\n".join(rows) + "\r\n").encode())
