@@ -99,8 +99,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
-    config.stash[_SIGNALS] = interrupts = Interrupts()  # a cancelled job ends the session as Ctrl-C does
-    interrupts.install()
+    config.stash[_SIGNALS] = interrupts = Interrupts()
+    if selected:
+        interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
     if worker:
         return
     exit_on_usage_error(state.prepare)

@@ -316,7 +316,8 @@ class EvalSession:
     def finish(self, exitstatus: int) -> None:
         """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
         self.stop_prefetch()
-        self.status = self.run_status(exitstatus)
+        self.status = self.progress.status = self.run_status(exitstatus)
+        self._write_progress()
         self._payload = None
         self.payload()
 
