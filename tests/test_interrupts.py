@@ -15,7 +15,7 @@ from fieldeval.signals import Interrupts
 from fieldeval.store import open_store
 from tests.ebs_project import SLOW_ARGS, make_slow_project
 
-PLANNED = 120
+PLANNED = 60
 
 
 @pytest.fixture

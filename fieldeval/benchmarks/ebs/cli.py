@@ -23,7 +23,7 @@ def _score_ebs(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"RESULTS_TSV {path}: no such file; pass the results.tsv written by llm-matrix")
     try:
-        df = read_tsv_frame(path, what="RESULTS_TSV", required=["model", "case_ideal", "response_text"])
+        df = read_tsv_frame(path, what="RESULTS_TSV", hint="pass the results.tsv written by llm-matrix")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise UsageError(f"RESULTS_TSV {path}: not a readable TSV ({error}); pass a tab-separated results table") from None
     enums = load_enums(Path(args.enum_dir) if args.enum_dir else None)
