@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fieldeval.benchmark import get_benchmark
-from fieldeval.settings import Gate
 from fieldeval.totals import model_totals
 
 
@@ -56,25 +55,4 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
     return out
 
 
-def gate_results(gates: Sequence[Gate], entries: Mapping[str, Mapping[str, Mapping[str, Any]]],
-                 gate_on: str) -> list[dict]:
-    """One result per gate and model it applies to: ``{"metric", "model", "gate_on", "value", "threshold", "passed"}``.
-
-    ``gate_on`` is ``point`` (the metric's value) or ``lower`` (its ci95 lower bound); a
-    metric with no value fails its gate.
-    """
-    results = []
-    for gate in gates:
-        for model, entry in entries.get(gate.bench, {}).items():
-            if gate.model is not None and gate.model != model:
-                continue
-            value = (entry.get(gate.metric) or {}).get("value")
-            if gate_on == "lower" and value is not None:
-                value = entry[gate.metric]["ci95"][0]
-            results.append({"metric": f"{gate.bench}.{gate.metric}", "model": model, "gate_on": gate_on,
-                            "value": value, "threshold": gate.threshold,
-                            "passed": value is not None and value >= gate.threshold})
-    return results
-
-
-__all__ = ["benchmark_entries", "by_nodeid", "gate_results"]
+__all__ = ["benchmark_entries", "by_nodeid"]

@@ -9,7 +9,9 @@ never retried. An error nobody recognises is treated as transient.
 from __future__ import annotations
 
 import email.utils
+import json
 import time
+from typing import Any
 
 PERMANENT_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 422})
 PERMANENT_NAMES = frozenset({"NeedsKeyException", "UnknownModelError", "AuthenticationError",
@@ -109,3 +111,21 @@ def classify(model: str, error: BaseException) -> ModelCallError:
     if status in PERMANENT_STATUS:
         return PermanentCallError(model, error_class, message)
     return TransientCallError(model, error_class, message, retry_after=retry_after(error))
+
+
+def failure_class(report: Any, model_error: str | None) -> dict[str, str]:
+    """``error_class`` and ``message`` of a failed item: the model call's, else the exception's first line."""
+    if model_error is not None:
+        error = json.loads(model_error)
+        parts = error["detail"].split(": ")
+        for number, part in enumerate(parts[:-1]):
+            if part.isidentifier():
+                return {"error_class": part, "message": ": ".join(parts[:number] + parts[number + 1:])}
+        return {"error_class": error["kind"], "message": error["detail"]}
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or report.when)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), report.when)
+    name, _, message = first.partition(": ")
+    if name.replace(".", "").isidentifier() and message:
+        return {"error_class": name.rsplit(".", 1)[-1], "message": message}
+    return {"error_class": "Failed", "message": first}

@@ -24,12 +24,16 @@ from fieldeval.benchmark import benchmarks
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
+from fieldeval.runfiles import RunFiles
 from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
+from fieldeval.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
 SESSION_DIR_KEY = "fieldeval_session_dir"
 
 _SESSION = pytest.StashKey[EvalSession]()
+_FILES = pytest.StashKey[RunFiles]()
+_SIGNALS = pytest.StashKey[Interrupts]()
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:
@@ -95,21 +99,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
-    if not worker:
-        exit_on_usage_error(state.prepare)
-    _configure_json_report(config, engine.report, bool(selected))
-
-
-def _configure_json_report(config: pytest.Config, explicit: str | None, selected: bool) -> None:
-    if not hasattr(config.option, "json_report") or not (explicit or selected):
+    config.stash[_SIGNALS] = interrupts = Interrupts()
+    if selected:
+        interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
+    if worker:
         return
-    config.option.json_report = True
+    exit_on_usage_error(state.prepare)
+    if selected and not config.option.collectonly:
+        files = RunFiles(state.reports_dir(), state.run_id, _report_path(config, engine.report))
+        config.stash[_FILES] = files
+        files.mark("running", started_at=state.started_at)
+        _configure_json_report(config)
+
+
+def _report_path(config: pytest.Config, explicit: str | None) -> Path:
+    """Where the newest finished report is published: ``--eval-report``, ``--json-report-file``, or the default."""
+    chosen = getattr(config.option, "json_report_file", JSON_REPORT_DEFAULT_FILE)
     if explicit:
-        config.option.json_report_file = explicit
-    elif config.option.json_report_file == JSON_REPORT_DEFAULT_FILE:
-        config.option.json_report_file = str(config.rootpath / DEFAULT_REPORT)
-    if config.option.json_report_file:
-        Path(config.option.json_report_file).parent.mkdir(parents=True, exist_ok=True)
+        return Path(explicit)
+    if chosen and chosen != JSON_REPORT_DEFAULT_FILE:
+        return Path(chosen)
+    return config.rootpath / DEFAULT_REPORT
+
+
+def _configure_json_report(config: pytest.Config) -> None:
+    """pytest-json-report builds the report; the plugin writes it (per run, atomically, then published)."""
+    if hasattr(config.option, "json_report"):
+        config.option.json_report = True
+        config.option.json_report_file = ""
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -125,6 +142,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_SESSION, None)
     if state is None:
         return
+    config.stash[_SIGNALS].restore()
     state.close()
     if not is_xdist_worker(config) and state.session_dir is not None:
         shutil.rmtree(state.session_dir, ignore_errors=True)
@@ -239,25 +257,49 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
     return _record
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write scored tables and the Markdown summary, apply the gates, store the run (controller only)."""
-    if is_xdist_worker(session.config):
-        return
-    state = eval_session(session.config)
-    state.stop_prefetch()
-    if not state.has_results():
-        return
-    state.write_outputs()
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session):
+    """Fix the run status and gates before the report is built; then write, publish and store (controller only).
+
+    From here to the end of the session, SIGINT and SIGTERM wait until the run is saved.
+    """
+    config = session.config
+    files = config.stash.get(_FILES, None)
+    state = config.stash.get(_SESSION, None)
+    if is_xdist_worker(config) or files is None or state is None:
+        return (yield)
+    interrupts = config.stash[_SIGNALS]
+    interrupts.shield()
+    if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    state.finish(session.exitstatus)
     payload = state.payload()
+    if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    try:
+        return (yield)
+    finally:
+        _save_session(config, state, files, int(session.exitstatus))
+
+
+def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> None:
+    """The run's tables and report under its folder, published to reports/, the Markdown summary, the store."""
+    tables = state.write_outputs(files.folder)
+    json_plugin = getattr(config, "_json_report", None)
+    report = getattr(json_plugin, "report", None)
+    if report is not None:
+        report["exitcode"] = exitstatus
+        files.write_report(report, indent=config.option.json_report_indent)
+    files.publish(tables)
+    files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
     summary_md = state.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_md:
+    if summary_md and state.has_results():
         from fieldeval.summary import render_markdown
 
         with open(summary_md, "a", encoding="utf-8") as handle:
-            handle.write(render_markdown(payload))
-    if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    state.save_run(session.exitstatus)
+            handle.write(render_markdown(state.payload()))
+    if state.has_results():
+        state.save_run(exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -272,7 +314,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
     for gate in payload["gates"]:
-        if not gate["passed"]:
+        if gate.get("reason"):
+            terminalreporter.write_line(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}",
+                                        red=True)
+        elif not gate["passed"]:
             terminalreporter.write_line(
                 f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value "
                 f"{gate['value']} is below the threshold {gate['threshold']}", red=True)

@@ -21,6 +21,8 @@ import pytest
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.client import ModelClient, resolve_model
 from fieldeval.errors import UsageError, exit_on_usage_error
+from fieldeval.failures import failure_class
+from fieldeval.gates import check_gate, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.progress import Progress
@@ -53,6 +55,8 @@ class EvalSession:
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
+        self.status = "running"
         self.progress = Progress()
         self._contexts: dict[str, Any] = {}
         self._payload: dict | None = None
@@ -102,9 +106,14 @@ class EvalSession:
         return list(dict.fromkeys(self.options.models or [self.benchmark(name).baseline]))
 
     def prepare(self) -> None:
-        """Check the models and load every selected benchmark's inputs before collection (controller)."""
+        """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
         for model in self.options.models:
             resolve_model(model)
+        url = self.store_url()
+        if url is not None and self.selected and not self.config.option.collectonly:
+            from fieldeval.store import check_store
+
+            check_store(url, create=True)
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
@@ -200,8 +209,8 @@ class EvalSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the rows, errors and progress an item's report carries (controller only)."""
-        if hasattr(self.config, "workerinput"):  # xdist workers send their reports to the controller
-            return
+        if hasattr(self.config, "workerinput") or self.status != "running":  # workers send reports on; the
+            return  # run is what finished before the session began to finish (late xdist reports are left out)
         props = dict(report.user_properties)
         if ITEM_KEY not in props:
             return
@@ -212,6 +221,8 @@ class EvalSession:
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
             self._announce_permanent(item["model"], error)
+            self.failed_items.append({"benchmark": key[0], "model": key[1], "item": report.nodeid,
+                                      **failure_class(report, props.get(ERROR_KEY))})
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
                 if name == ROW_KEY:
@@ -236,6 +247,10 @@ class EvalSession:
     def has_results(self) -> bool:
         """Whether any eval item reported."""
         return bool(self.rows or self.errors)
+
+    def ran_evals(self) -> bool:
+        """Whether this session planned or ran eval items (and so writes a report and stores a run)."""
+        return bool(self.selected) and not self.config.option.collectonly
 
     def sorted_rows(self, benchmark: str) -> list[dict]:
         """A benchmark's rows in a stable order, whatever order the workers finished in."""
@@ -268,19 +283,15 @@ class EvalSession:
             "cache": {"mode": self.options.cache,
                       "hits": sum(1 for r in all_rows if r.get("cached")),
                       "misses": sum(1 for r in all_rows if not r.get("cached"))},
-            "gates": self._gate_results(out),
+            "gates": gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out})),
+            "status": self.status,
         }
         return self._payload
-
-    def _gate_results(self, out: dict) -> list[dict]:
-        from fieldeval.entries import gate_results
-
-        return gate_results(self.gates, out, self.options.gate_on)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
         """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
-        if self.has_results():
+        if self.ran_evals():
             json_report["evals"] = self.payload()
 
     def reports_dir(self) -> Path:
@@ -288,12 +299,27 @@ class EvalSession:
         explicit = self.options.reports_dir
         return Path(explicit) if explicit else self.config.rootpath / "reports"
 
-    def write_outputs(self) -> None:
-        """Each benchmark's scored tables."""
+    def finish(self, exitstatus: int) -> None:
+        """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
+        self.stop_prefetch()
+        self.status = self.progress.status = self.run_status(exitstatus)
+        self._write_progress()
+        self._payload = None
+        self.payload()
+
+    def write_outputs(self, folder: Path) -> list[Path]:
+        """Each benchmark's scored tables under ``folder``; the paths written."""
+        written: list[Path] = []
         for name in sorted(self.rows):
-            self.benchmark(name).write_outputs(self.sorted_rows(name), self.reports_dir())
+            written += self.benchmark(name).write_outputs(self.sorted_rows(name), folder)
+        return written
 
     # --- the run store -------------------------------------------------------------------------
+
+    def store_url(self) -> str | None:
+        """``--store``, else ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db`` under the project root; None: no store."""
+        url = self.options.store or os.environ.get("FIELDEVAL_STORE") or str(self.config.rootpath / "reports" / "fieldeval.db")
+        return None if url.lower() == "none" else url
 
     def run_status(self, exitstatus: int) -> str:
         """``completed`` only when every planned item ran and pytest ended normally; else ``interrupted``."""
@@ -303,11 +329,9 @@ class EvalSession:
         return "completed" if normal and done >= planned else "interrupted"
 
     def save_run(self, exitstatus: int) -> None:
-        """Store the finished session as an immutable run, and mark the progress file (controller only)."""
-        self.progress.status = self.run_status(exitstatus)
-        self._write_progress()
-        url = self.options.store or os.environ.get("FIELDEVAL_STORE")
-        if url is not None and url.lower() == "none":
+        """Store the finished session as an immutable run (controller only)."""
+        url = self.store_url()
+        if url is None:
             return
         from fieldeval.shards import run_group_meta
         from fieldeval.store import declared_columns, open_store
@@ -318,34 +342,19 @@ class EvalSession:
             "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
             "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
             "git_commit": _git_commit(self.config.rootpath),
-            "status": self.run_status(exitstatus),
+            "status": self.status if self.status != "running" else self.run_status(exitstatus),
             "completed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **run_group_meta(self),
+            "items_planned": sum(self.progress.planned.values()),
+            "items_done": sum(self.progress.done.values()),
+            "items_errored": sum(self.progress.errors.values()),
+            "errors": self.failed_items,
         }
-        default = self.config.rootpath / "reports" / "fieldeval.db"
         try:
-            with open_store(url or str(default), columns=declared_columns()) as store:
+            with open_store(url, columns=declared_columns()) as store:
                 store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
         except UsageError as error:
             self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
-
-
-def check_gate(gate: Gate) -> None:
-    """A gate names an installed benchmark and one of its metrics, with a threshold in the metric's range."""
-    bench = get_benchmark_for_gate(gate)
-    metric = bench.metric(gate.metric)
-    if not metric.low <= gate.threshold <= metric.high:
-        raise UsageError(f"threshold {gate.bench}.{gate.metric}={gate.threshold:g}: must be between "
-                         f"{metric.low:g} and {metric.high:g}")
-
-
-def get_benchmark_for_gate(gate: Gate) -> Benchmark:
-    """The gate's benchmark; a usage error naming the installed ones when absent."""
-    known = benchmarks()
-    if gate.bench not in known:
-        raise UsageError(f"threshold {gate.bench}.{gate.metric}: unknown benchmark {gate.bench!r}; "
-                         f"choose from {', '.join(sorted(known))}")
-    return known[gate.bench]
 
 
 def _git_commit(root: Path) -> str | None:
@@ -358,4 +367,4 @@ def _git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-__all__ = ["EvalSession", "check_gate"]
+__all__ = ["EvalSession"]

@@ -7,9 +7,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_yaml
 from fieldeval.limits import ModelLimits
 
 # USD per million tokens; extend or override under [tool.fieldeval.prices] or with --prices FILE.
@@ -51,13 +50,8 @@ def load_prices(tool: dict, extra_file: str | None = None) -> dict[str, dict[str
     prices = dict(DEFAULT_PRICES)
     prices.update(_check_prices(tool.get("prices", {}), "[tool.fieldeval.prices]"))
     if extra_file:
-        path = Path(extra_file)
-        if not path.is_file():
-            raise UsageError(f"--prices {extra_file}: no such file; pass a YAML mapping of model -> prices")
-        try:
-            table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise UsageError(f"--prices {extra_file}: not valid YAML ({error})") from None
+        table = read_yaml(extra_file, what="--prices", hint="pass a YAML mapping of model -> prices",
+                          empty_ok=True) or {}
         if not isinstance(table, dict):
             raise UsageError(f"--prices {extra_file}: expected a mapping of model -> prices")
         prices.update(_check_prices(table, f"--prices {extra_file}"))

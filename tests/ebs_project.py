@@ -89,3 +89,70 @@ def run(project: pytest.Pytester, *extra: str):
     result = project.runpytest_subprocess(*ARGS, *extra)
     report = json.loads((project.path / "reports" / "report.json").read_text())
     return result, report
+
+
+SLOW_CONFTEST = '''
+import json
+import os
+import signal
+import time
+
+import llm
+import pytest
+
+pytest_plugins = ["fieldeval.plugin"]
+
+
+class Slow(llm.Model):
+    model_id = "slow-ebs"
+    can_stream = False
+
+    def execute(self, prompt, stream, response, conversation):
+        time.sleep(0.1)
+        with open("calls.log", "a") as log:
+            log.write(prompt.prompt.splitlines()[-1] + "\\n")
+        yield json.load(open("answer.json")) if os.path.exists("answer.json") else "cropland biome [ENVO:01000245]"
+
+
+class Plugin:
+    @llm.hookimpl
+    def register_models(self, register):
+        register(Slow())
+
+
+llm.plugins.pm.register(Plugin(), name="slow-ebs-plugin")
+
+
+def _signal_self(config, hook):
+    if os.environ.get("SIGNAL_AT") == hook and not hasattr(config, "workerinput"):
+        os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL_NAME"]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    _signal_self(session.config, "runtestloop")
+
+
+def pytest_sessionfinish(session):
+    _signal_self(session.config, "sessionfinish")
+
+
+def pytest_terminal_summary(terminalreporter):
+    _signal_self(terminalreporter.config, "terminal_summary")
+'''
+
+
+def make_slow_project(pytester: pytest.Pytester, cases: int = 30) -> pytest.Pytester:
+    """A project whose model ``slow-ebs`` takes 0.1 s per call, over ``cases`` distinct cases."""
+    pytester.makeconftest(SLOW_CONFTEST)
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "evals").mkdir()
+    shutil.copy(ROOT / "evals" / "test_ebs.py", pytester.path / "evals" / "test_ebs.py")
+    suite = {**SUITE, "cases": [_case(f"Place {n}", "soil_data", "cropland biome [ENVO:01000245]")
+                                for n in range(cases)]}
+    (pytester.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return pytester
+
+
+SLOW_ARGS = ("evals/test_ebs.py", "--model", "slow-ebs", "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
+             "--enum-dir", str(TINY_ENUMS), "--retries", "0", "-p", "no:cacheprovider", "--cache", "off")

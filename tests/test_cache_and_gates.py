@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 
 import pytest
@@ -155,6 +156,9 @@ def test_run_killed_half_way_resumes_from_the_cache(project):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert calls(project) == [c for c in calls(project) if "Iowa" in c] and len(calls(project)) == 1
+    (killed,) = (project.path / "reports" / "runs").glob("*/status.json")
+    assert json.loads(killed.read_text())["status"] == "running"  # never passed off as finished
+    assert not (project.path / "reports" / "report.json").exists()
 
     (project.path / "block").unlink()
     _, resumed = run(project)

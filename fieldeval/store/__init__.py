@@ -13,6 +13,7 @@ postgresql://...``). The modules:
 - :mod:`~fieldeval.store.runs`: save, list, show, responses, delete.
 - :mod:`~fieldeval.store.compare`: the seed's compare payload.
 - :mod:`~fieldeval.store.core`: :class:`Store` and :func:`open_store`.
+- :mod:`~fieldeval.store.check`: :func:`check_store`, before a session makes any model call.
 
 Importing this package does not import SQLAlchemy (llm looks up registered
 endpoints on every model lookup); the names below that need it load on first use.

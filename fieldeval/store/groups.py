@@ -173,7 +173,8 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
         >>> merge_group(store, "9876543210", tool_settings(Path.cwd())).run_id  # doctest: +SKIP
         'run_5d0c9e1a'
     """
-    from fieldeval.entries import benchmark_entries, by_nodeid, gate_results
+    from fieldeval.entries import benchmark_entries, by_nodeid
+    from fieldeval.gates import gate_results
     from fieldeval.session import check_gate
     from fieldeval.settings import load_thresholds
 
@@ -195,7 +196,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
         "cache": {"mode": _shared([(s.payload.get("cache") or {}).get("mode") for s in shards]),
                   "hits": sum(1 for r in all_rows if r.get("cached")),
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
-        "gates": gate_results(gates, entries, settings.get("gate_on", "point")),
+        "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries)),
         "run_group": {"name": name, "shards": [s.run_id for s in shards]},
     }
     meta = {

@@ -57,6 +57,24 @@ def integer(value: Any) -> int | None:
     return None if found is None else int(round(found))
 
 
+def storable(value: Any) -> Any:
+    """Strings that every store accepts, in dicts and lists too: NUL as ``\\x00`` and lone surrogates as
+    ``\\udXXX`` (PostgreSQL rejects both in text and JSON); every other character is kept."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\\x00")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, Mapping):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(v) for v in value]
+    return value
+
+
 def json_ready(value: Any) -> Any:
     """The value after a JSON round trip (numpy scalars, paths and sets become plain JSON)."""
     return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
@@ -228,5 +246,5 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         "items_errored": integer(meta.get("items_errored")),
         **_declared_run_values(bench_payload, columns),
     }
-    return FlatRun(run_id, run, bench_rows, _metric_rows(run_id, bench_payload), responses,
-                   _error_rows(run_id, meta.get("errors")))
+    return FlatRun(run_id, storable(run), storable(bench_rows), storable(_metric_rows(run_id, bench_payload)),
+                   storable(responses), storable(_error_rows(run_id, meta.get("errors"))))

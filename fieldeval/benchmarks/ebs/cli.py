@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
+from fieldeval.inputs import check_output_dir, check_output_file, read_tsv_frame
 
 
 def _score_ebs(args: argparse.Namespace) -> int:
@@ -17,10 +18,12 @@ def _score_ebs(args: argparse.Namespace) -> int:
     from fieldeval.ontology import load_index
 
     path = Path(args.results_tsv)
+    if args.outdir:
+        check_output_dir(args.outdir, what="-o")
     if not path.is_file():
         raise UsageError(f"RESULTS_TSV {path}: no such file; pass the results.tsv written by llm-matrix")
     try:
-        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        df = read_tsv_frame(path, what="RESULTS_TSV", hint="pass the results.tsv written by llm-matrix")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise UsageError(f"RESULTS_TSV {path}: not a readable TSV ({error}); pass a tab-separated results table") from None
     enums = load_enums(Path(args.enum_dir) if args.enum_dir else None)
@@ -43,6 +46,7 @@ def _generate_ebs(args: argparse.Namespace) -> int:
     from fieldeval.benchmarks.ebs.suite import generate_suite
 
     source = Path(args.source_tsv)
+    check_output_file(args.output, what="-o")
     if not source.is_file():
         raise UsageError(f"SOURCE_TSV {source}: no such file; pass a TSV with the nine input slots and env_broad_scale")
     for flag, value in [("--per-category", args.per_category), ("--min-pool", args.min_pool)]:

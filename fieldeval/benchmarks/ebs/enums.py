@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_tsv
 from fieldeval.resources import bundled
 
 SCHEMA_PACKAGE = "nmdc-submission-schema"
@@ -77,10 +78,7 @@ def load_enum_terms(enum_dir: Path | None = None) -> dict[str, list[tuple[str, s
             if enum_dir != default:
                 raise UsageError(f"--enum-dir {enum_dir}: {path.name} is missing; run `fieldeval enums` to write it")
             continue
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle, delimiter="\t"))
-        if rows and not {"id", "label"} <= set(rows[0]):
-            raise UsageError(f"{path}: columns must be 'id' and 'label'; run `fieldeval enums` to rewrite it")
+        _, rows = read_tsv(path, what="--enum-dir", required=("id", "label"), hint="run `fieldeval enums` to rewrite it")
         out[template] = [(row["id"], row["label"]) for row in rows]
     return out
 

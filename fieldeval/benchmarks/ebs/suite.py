@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from fieldeval.benchmarks.ebs.enums import load_enum_terms
 from fieldeval.data import fetch, sha256_of
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_tsv, read_yaml
 
 SUITE_FILE = "nmdc-ai-eval/ebs-suite.yaml"
 
@@ -92,20 +90,22 @@ def load_suite(path: str | Path | None = None) -> EbsSuite:
     path = Path(path) if path else fetch(SUITE_FILE)
     if not path.is_file():
         raise UsageError(f"--ebs-suite {path}: no such file; pass a suite written by `fieldeval generate ebs`")
+    suite = read_yaml(path, what="--ebs-suite", hint="pass a suite written by `fieldeval generate ebs`")
+    cases = []
     try:
-        suite = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         template = suite["templates"][suite.get("template") or next(iter(suite["templates"]))]
         system = template["system"]
-        raw_cases = suite["cases"]
-    except (yaml.YAMLError, KeyError, TypeError, StopIteration) as error:
+        for number, raw in enumerate(suite["cases"] or []):
+            original = raw.get("original_input") or {}
+            tags = raw.get("tags") or []
+            template_name = (original.get("sampleData") or (tags[0] if tags else "")
+                             or _template_from_prompt(raw["input"]))
+            stratum = re.sub(r"\s*\[.*\]\s*$", "", raw["ideal"]).lstrip("_")
+            cases.append(EbsCase(f"case{number:03d}", stratum, template_name, raw["input"], raw["ideal"]))
+    except (KeyError, TypeError, AttributeError, StopIteration) as error:
         raise UsageError(f"--ebs-suite {path}: not an llm-matrix suite ({type(error).__name__}: {error})") from None
-    cases = []
-    for number, raw in enumerate(raw_cases):
-        original = raw.get("original_input") or {}
-        tags = raw.get("tags") or []
-        template_name = original.get("sampleData") or (tags[0] if tags else "") or _template_from_prompt(raw["input"])
-        stratum = re.sub(r"\s*\[.*\]\s*$", "", raw["ideal"]).lstrip("_")
-        cases.append(EbsCase(f"case{number:03d}", stratum, template_name, raw["input"], raw["ideal"]))
+    if not cases:
+        raise UsageError(f"--ebs-suite {path}: the suite has no cases; generate one with `fieldeval generate ebs`")
     return EbsSuite(suite.get("name", path.stem), system, tuple(cases), sha256_of(path))
 
 
@@ -142,13 +142,8 @@ def generate_suite(
     Returns:
         The suite as a dict and the unique-row count of every stratum.
     """
-    with open(source_tsv, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        missing = [c for c in [*INPUT_COLUMNS, TARGET_COLUMN] if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UsageError(f"{source_tsv}: missing column(s) {', '.join(missing)}; the source TSV needs "
-                             f"{', '.join([*INPUT_COLUMNS, TARGET_COLUMN])}")
-        rows = [row for row in reader if (row[TARGET_COLUMN] or "").strip()]
+    _, rows = read_tsv(source_tsv, what="SOURCE_TSV", required=[*INPUT_COLUMNS, TARGET_COLUMN])
+    rows = [row for row in rows if (row[TARGET_COLUMN] or "").strip()]
     seen: set[tuple[str, ...]] = set()
     pools: dict[str, list[dict]] = defaultdict(list)
     for row in rows:

@@ -120,7 +120,7 @@ def write_scored(df, path: Path) -> None:
     text = "\n".join(map("\t".join, [header, *zip(*columns)])) + "\n"
     plain = ('"' not in text and "\r" not in text and text.count("\n") == len(df) + 1
              and text.count("\t") == (len(df) + 1) * (len(header) - 1))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         if plain:
             handle.write(text)
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_jsonl
 from fieldeval.resources import bundled
 
 DEFAULT_VERSION = "ibf-v1.0"
@@ -133,16 +133,11 @@ def load_corpus(path: str | Path | None = None, version: str | None = None) -> I
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"--ibf-corpus {path}: no such file; pass a JSON-lines IBF corpus")
+    lines = read_jsonl(path, what="--ibf-corpus", hint="write one JSON object per line")
     raw = path.read_bytes()
     items: list[IbfItem] = []
     seen: set[str] = set()
-    for number, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path} line {number}: not JSON ({error.msg}); write one JSON object per line") from None
+    for number, data in lines:
         item_id = data.get("id") if isinstance(data, dict) else None
         try:
             item = IbfItem.model_validate(data)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_tsv
 from scorers.ibf import DIMENSIONS, reading, run_scores
 
 SCORES_FILE = "scores.tsv"
@@ -26,7 +27,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder = Path(reports_dir) / "ibf"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SCORES_FILE
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(TABLE_COLUMNS)
         for row in rows:
@@ -38,30 +39,21 @@ def read_scores(path: Path) -> dict[str, list[list[int | None]]]:
     """Model (``""`` when the table has no model column) -> each item's five scores, validated."""
     if not path.is_file():
         raise UsageError(f"SCORES_TSV {path}: no such file; pass a table with columns {', '.join(SCORE_COLUMNS)}")
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle, delimiter="\t")
-            columns = reader.fieldnames or []
-            missing = [c for c in SCORE_COLUMNS if c not in columns]
-            if missing:
-                raise UsageError(f"SCORES_TSV {path}: missing column(s) {', '.join(missing)}; "
-                                 f"the table needs {', '.join(SCORE_COLUMNS)}")
-            runs: dict[str, list[list[int | None]]] = defaultdict(list)
-            for number, row in enumerate(reader, start=2):
-                scores: list[int | None] = []
-                for column in DIMENSIONS:
-                    text = (row.get(column) or "").strip()
-                    if text == "":
-                        scores.append(None)
-                        continue
-                    if not text.isdigit() or int(text) > 4:
-                        raise UsageError(f"SCORES_TSV {path}: row {number} (item_id {row.get('item_id') or '?'}) "
-                                         f"column {column}: {text!r} is not an integer 0-4; "
-                                         "write 0-4, or leave it blank for unscored")
-                    scores.append(int(text))
-                runs[row.get("model") or ""].append(scores)
-    except UnicodeDecodeError as error:
-        raise UsageError(f"SCORES_TSV {path}: not UTF-8 text ({error.reason}); save it as UTF-8") from None
+    _, rows = read_tsv(path, what="SCORES_TSV", required=SCORE_COLUMNS)
+    runs: dict[str, list[list[int | None]]] = defaultdict(list)
+    for number, row in enumerate(rows, start=2):
+        scores: list[int | None] = []
+        for column in DIMENSIONS:
+            text = (row.get(column) or "").strip()
+            if text == "":
+                scores.append(None)
+                continue
+            if not text.isdigit() or int(text) > 4:
+                raise UsageError(f"SCORES_TSV {path}: row {number} (item_id {row.get('item_id') or '?'}) "
+                                 f"column {column}: {text!r} is not an integer 0-4; "
+                                 "write 0-4, or leave it blank for unscored")
+            scores.append(int(text))
+        runs[row.get("model") or ""].append(scores)
     return dict(runs)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
+from fieldeval.inputs import read_tsv_frame
 from fieldeval.stats import mean_metric, statistic_metric
 from scorers.microbiorel import (
     RELATION_CLASSES,
@@ -58,7 +59,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows).reindex(columns=PREDICTION_COLUMNS)
     path = folder / "predictions.tsv"
-    df.to_csv(path, sep="\t", index=False)
+    df.to_csv(path, sep="\t", index=False, errors="backslashreplace")
     return [path]
 
 
@@ -80,18 +81,11 @@ def summary_notes(models: dict[str, dict]) -> list[str]:
 
 def read_predictions(path: Path, *, model: str | None = None):
     """A predictions TSV with ``gold`` and ``response_text`` columns, checked; one model's rows when asked."""
-    import pandas as pd
 
     if not path.is_file():
         raise UsageError(f"PREDICTIONS_TSV {path}: no such file; pass a TSV with columns gold and response_text")
-    try:
-        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise UsageError(f"PREDICTIONS_TSV {path}: the file is empty; pass a TSV with columns gold and "
-                         "response_text and one row per prediction") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UsageError(f"PREDICTIONS_TSV {path}: not a readable TSV ({reason}); pass a tab-separated table") from None
+    df = read_tsv_frame(path, what="PREDICTIONS_TSV", hint="pass a TSV with columns gold and response_text "
+                        "and one row per prediction")
     missing = [c for c in ["gold", "response_text"] if c not in df.columns]
     if missing:
         raise UsageError(f"PREDICTIONS_TSV {path}: missing column(s) {', '.join(missing)}; "

@@ -1,0 +1,58 @@
+"""Threshold gates: checked when the session starts, judged on the aggregated metrics when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fieldeval.benchmark import Benchmark, benchmarks
+from fieldeval.errors import UsageError
+from fieldeval.settings import Gate
+
+
+def check_gate(gate: Gate) -> None:
+    """A gate names an installed benchmark and one of its metrics, with a threshold in the metric's range."""
+    bench = get_benchmark_for_gate(gate)
+    metric = bench.metric(gate.metric)
+    if not metric.low <= gate.threshold <= metric.high:
+        raise UsageError(f"threshold {gate.bench}.{gate.metric}={gate.threshold:g}: must be between "
+                         f"{metric.low:g} and {metric.high:g}")
+
+
+def get_benchmark_for_gate(gate: Gate) -> Benchmark:
+    """The gate's benchmark; a usage error naming the installed ones when absent."""
+    known = benchmarks()
+    if gate.bench not in known:
+        raise UsageError(f"threshold {gate.bench}.{gate.metric}: unknown benchmark {gate.bench!r}; "
+                         f"choose from {', '.join(sorted(known))}")
+    return known[gate.bench]
+
+
+def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str]) -> list[dict]:
+    """One result per gate and model of the payload's benchmarks (``out``).
+
+    A gate on a benchmark of this run (``ran``) that scored nothing fails with a ``reason``
+    instead of a value; gates on benchmarks the run did not include are left out.
+    """
+    results = []
+    for gate in gates:
+        if gate.bench not in ran:
+            continue
+        name = f"{gate.bench}.{gate.metric}"
+        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.model in (None, m)}
+        if not entries:
+            results.append({"metric": name, "model": gate.model or "-", "gate_on": on, "value": None,
+                            "threshold": gate.threshold, "passed": False,
+                            "reason": f"{gate.bench} scored no items" + (f" for {gate.model}" if gate.model else "")})
+        for model, entry in entries.items():
+            value = (entry.get(gate.metric) or {}).get("value")
+            if on == "lower" and value is not None:
+                value = entry[gate.metric]["ci95"][0]
+            result = {"metric": name, "model": model, "gate_on": on, "value": value, "threshold": gate.threshold,
+                      "passed": value is not None and value >= gate.threshold}
+            if value is None:
+                result["reason"] = f"{gate.bench} scored no items for {model} (every item errored or was left out)"
+            results.append(result)
+    return results
+
+
+__all__ = ["check_gate", "gate_results", "get_benchmark_for_gate"]

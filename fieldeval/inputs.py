@@ -1,0 +1,145 @@
+"""Every input file, read one way: TSV, YAML and JSON Lines, and the output paths commands write to.
+
+Each reader accepts UTF-8 with or without a byte-order mark, CRLF or LF line
+ends, and fields of any length; anything else (a folder, a missing file,
+binary content, undecodable bytes, an empty file, a malformed table) is a
+:class:`~fieldeval.errors.UsageError` of one line naming the option, the
+file and the problem.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fieldeval.errors import UsageError
+
+FIELD_LIMIT = 2**31 - 1  # csv's default limit (131,072 characters) refuses long descriptions and responses
+
+
+def read_text(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = False) -> str:
+    """The file's text, BOM dropped and line ends as LF.
+
+    Args:
+        path: the file.
+        what: how the user named it, e.g. ``--ebs-suite`` or ``SOURCE_TSV``: the start of every message.
+        hint: what to pass instead, appended to every message.
+        empty_ok: an empty (or whitespace-only) file is returned as it is instead of refused.
+
+    Example:
+        >>> read_text("suite.yaml", what="--ebs-suite")  # doctest: +SKIP
+    """
+    path = Path(path)
+    fix = f"; {hint}" if hint else ""
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a folder, not a file{fix}")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path}: no such file{fix}") from None
+    except OSError as error:
+        raise UsageError(f"{what} {path}: cannot read it ({error.strerror}){fix}") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise UsageError(f"{what} {path}: binary content (NUL byte at offset {nul}), "
+                         f"not a text file{fix}")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{what} {path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+                         f"{error.start}){fix}") from None
+    if not text.strip() and not empty_ok:
+        raise UsageError(f"{what} {path}: the file is empty{fix}")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_tsv(path: str | Path, *, what: str, required: Sequence[str] = (), hint: str = "",
+             empty_ok: bool = False) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of a tab-separated table; a usage error for missing ``required`` columns."""
+    text = read_text(path, what=what, hint=hint, empty_ok=empty_ok)
+    csv.field_size_limit(FIELD_LIMIT)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t")
+        columns = [c.strip() for c in reader.fieldnames or []]
+        reader.fieldnames = columns
+        rows = [{k: v if v is not None else "" for k, v in row.items() if k is not None} for row in reader]
+    except csv.Error as error:
+        raise UsageError(f"{what} {path}: not a readable TSV ({error}){f'; {hint}' if hint else ''}") from None
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise UsageError(f"{what} {path}: missing column(s) {', '.join(missing)}; the table needs "
+                         f"{', '.join(required)}")
+    return columns, rows
+
+
+def read_tsv_frame(path: str | Path, *, what: str, required: Sequence[str] = (), hint: str = ""):
+    """A TSV as a pandas DataFrame of strings (empty cells as ``""``), read by :func:`read_tsv`."""
+    import pandas as pd
+
+    columns, rows = read_tsv(path, what=what, required=required, hint=hint)
+    return pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+
+
+def read_yaml(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = False) -> Any:
+    """A YAML document (safe loader); a usage error with the line of a syntax error."""
+    import yaml
+
+    text = read_text(path, what=what, hint=hint, empty_ok=empty_ok)
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise UsageError(f"{what} {path}: not valid YAML ({where}{problem}){f'; {hint}' if hint else ''}") from None
+
+
+def read_jsonl(path: str | Path, *, what: str, hint: str = "") -> list[tuple[int, Any]]:
+    """``(line number, value)`` for every non-blank line of a JSON Lines file."""
+    out = []
+    for number, line in enumerate(read_text(path, what=what, hint=hint).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            fix = f"; {hint}" if hint else ""
+            raise UsageError(f"{what} {path} line {number}: not JSON ({error.msg}){fix}") from None
+    return out
+
+
+def check_output_file(path: str | Path, *, what: str) -> Path:
+    """A file path a command may write: not a folder, in a folder that exists or can be made, writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {path}: is a folder; pass a file path such as {path / 'out'}")
+    _check_folder(path.parent, what=what, shown=path)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{what} {path}: not writable; pass another path")
+    return path
+
+
+def check_output_dir(path: str | Path, *, what: str) -> Path:
+    """A folder a command may write into: an existing folder, or one that can be made."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path}: is a file, not a folder; pass a folder path")
+    _check_folder(path, what=what, shown=path)
+    return path
+
+
+def _check_folder(folder: Path, *, what: str, shown: Path) -> None:
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"{what} {shown}: {existing} is a file, not a folder; pass another path")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {shown}: {existing} is not writable; pass another path")
+
+
+__all__ = ["FIELD_LIMIT", "check_output_dir", "check_output_file", "read_jsonl", "read_text", "read_tsv",
+           "read_tsv_frame", "read_yaml"]

@@ -1,0 +1,88 @@
+"""Where a session's files go: ``reports/runs/<run_id>/`` first, then published to ``reports/``.
+
+Every eval session writes its ``status.json`` (``running`` at the start, the
+run status at the end), ``report.json`` and scored tables under its own
+folder, each file through a temporary file and a rename. Once finished, it
+publishes them under a lock: ``reports/report.json`` (or ``--eval-report``)
+and the top-level ``reports/<benchmark>/`` tables become this session's, so
+two concurrent sessions never mix their files, and a session killed half way
+never leaves a report that claims to be its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fieldeval.progress import write_atomic
+
+RUNS_DIR = "runs"
+STATUS_FILE = "status.json"
+REPORT_FILE = "report.json"
+LOCK_FILE = ".publish.lock"
+
+
+def copy_atomic(source: Path, target: Path) -> None:
+    """Copy ``source`` onto ``target`` through a temporary file and a rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def publish_lock(reports_dir: Path) -> Iterator[None]:
+    """Hold the reports folder's publish lock (one publishing session at a time)."""
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    with open(reports_dir / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class RunFiles:
+    """One session's folder under ``<reports>/runs/`` and where its report is published."""
+
+    def __init__(self, reports_dir: Path, run_id: str, report_path: Path) -> None:
+        self.reports_dir = Path(reports_dir)
+        self.run_id = run_id
+        self.folder = self.reports_dir / RUNS_DIR / run_id
+        self.report_path = Path(report_path)
+
+    def mark(self, status: str, **fields: object) -> None:
+        """Write ``status.json``: ``running`` while the session runs, then its run status."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        write_atomic(self.folder / STATUS_FILE, json.dumps(
+            {"run_id": self.run_id, "status": status, "pid": os.getpid(), "updated_at": now, **fields}) + "\n")
+
+    def write_report(self, report: dict, *, indent: int | None = None) -> Path:
+        """The session's JSON report as ``runs/<run_id>/report.json``."""
+        path = self.folder / REPORT_FILE
+        write_atomic(path, json.dumps(report, default=str, indent=indent))
+        return path
+
+    def publish(self, tables: Iterable[Path]) -> None:
+        """Make this session's report and tables the current ones in ``reports/`` (newest finished wins)."""
+        with publish_lock(self.reports_dir):
+            for table in tables:
+                copy_atomic(table, self.reports_dir / Path(table).relative_to(self.folder))
+            report = self.folder / REPORT_FILE
+            if report.is_file() and report.resolve() != self.report_path.resolve():
+                copy_atomic(report, self.report_path)
+
+
+__all__ = ["RunFiles", "copy_atomic", "publish_lock"]
