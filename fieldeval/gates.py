@@ -31,7 +31,8 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
     """One result per gate and model of the payload's benchmarks (``out``).
 
     A gate on a benchmark of this run (``ran``) that scored nothing fails with a ``reason``
-    instead of a value; gates on benchmarks the run did not include are left out.
+    instead of a value; gates on benchmarks the run did not include, and gates of models the
+    run did not evaluate, are left out.
     """
     results = []
     for gate in gates:
@@ -39,10 +40,12 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
             continue
         name = f"{gate.bench}.{gate.metric}"
         entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.model in (None, m)}
+        if not entries and gate.model is not None:
+            continue  # a gate of another model (e.g. a baseline's floor) does not apply to this run
         if not entries:
             results.append({"metric": name, "model": gate.model or "-", "gate_on": on, "value": None,
                             "threshold": gate.threshold, "passed": False,
-                            "reason": f"{gate.bench} scored no items" + (f" for {gate.model}" if gate.model else "")})
+                            "reason": f"{gate.bench} scored no items"})
         for model, entry in entries.items():
             value = (entry.get(gate.metric) or {}).get("value")
             if on == "lower" and value is not None:

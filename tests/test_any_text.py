@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import secrets
 
 import pytest
@@ -16,7 +15,7 @@ from fieldeval.cache import CachedResponse, ResponseCache, cache_key
 from fieldeval.store import open_store
 from fieldeval.store.payload import storable
 from tests.ebs_project import SLOW_ARGS, make_slow_project
-from tests.test_store_api import pg_schema_url
+from tests.conftest import fresh_pg_store
 
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=40)  # surrogates (Cs) included
 MEGABYTE = "\ud800 \x00 " + "x" * 1_000_000
@@ -46,20 +45,8 @@ def store(request, tmp_path_factory):
         with open_store(str(tmp_path_factory.mktemp("store") / "store.db")) as opened:
             yield opened
         return
-    base = os.environ.get("FIELDEVAL_TEST_PG")
-    if not base:
-        pytest.skip("FIELDEVAL_TEST_PG is not set")
-    import psycopg
-
-    schema = "t_" + secrets.token_hex(4)
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        with open_store(pg_schema_url(base, schema)) as opened:
-            yield opened
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_pg_store() as url, open_store(url) as opened:
+        yield opened
 
 
 @FEW

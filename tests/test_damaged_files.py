@@ -64,7 +64,7 @@ def test_damaged_store_stops_the_run_before_any_model_call(project):
     store.write_bytes(b"\x00garbage\xff" * 300)
     result = project.runpytest_subprocess(*ARGS)
     assert result.ret == 2
-    result.stderr.fnmatch_lines([f"Exit: --store '{store}': cannot use the store (file is not a database)*"])
+    result.stderr.fnmatch_lines([f"Exit: --store 'sqlite:///{store}': the database is damaged or not a fieldeval store (file is not a database)*"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert not (project.path / "calls.log").exists()
 
@@ -78,9 +78,9 @@ def test_unreachable_store_is_one_line_with_the_password_hidden(project):
 
 
 def test_check_store_without_create_refuses_a_missing_file(tmp_path):
-    with pytest.raises(UsageError, match="no such store file"):
+    with pytest.raises(UsageError, match="no store at .*missing.db; run an evaluation first"):
         check_store(str(tmp_path / "missing.db"), create=False)
-    check_store(str(tmp_path / "new.db"))
+    check_store(str(tmp_path / "new.db"), create=True)
     check_store(str(tmp_path / "new.db"), create=False)
 
 
