@@ -184,3 +184,15 @@ def test_item_cost_sums_every_call_of_the_item():
                                Completion("m", "answer", 0.25, 20, 1, est_cost_usd=client.estimate_cost("m", 20, 1)))
     assert fields == {"response_time_s": 0.75, "prompt_tokens": 30, "completion_tokens": 6,
                       "est_cost_usd": (30 * 1.0 + 6 * 2.0) / 1e6, "cached": False}
+
+
+def test_a_baselines_floor_does_not_gate_a_model_under_evaluation():
+    # [tool.fieldeval.thresholds."ebs-baseline"] must not fail a run of another model
+    from fieldeval.gates import gate_results
+    from fieldeval.settings import load_thresholds
+
+    gates = load_thresholds({"thresholds": {"ebs-baseline": {"ebs.ontology_score": 0.8}}}, [])
+    entry = {"ontology_score": {"value": 0.5, "ci95": [0.4, 0.6], "n": 10}}
+    assert gate_results(gates, {"ebs": {"gpt-4o-mini": entry}}, on="point", ran=["ebs"]) == []
+    [result] = gate_results(gates, {"ebs": {"ebs-baseline": entry}}, on="point", ran=["ebs"])
+    assert (result["model"], result["passed"]) == ("ebs-baseline", False)
