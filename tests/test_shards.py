@@ -125,15 +125,6 @@ def _save_shard(store, run_id: str, index: int, count: int, nodeids: list[str], 
                                             "status": status})
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with fresh_pg_store() as url:
-        yield url
-
-
 def _merge(url: str, capsys) -> tuple[int, str]:
     status = main(["runs", "merge", "g", "--store", url])
     return status, capsys.readouterr().err

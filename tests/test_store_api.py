@@ -16,7 +16,6 @@ from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
 from fieldeval.store import MIGRATIONS, ModelConflict, evaluation_responses, open_store
 from fieldeval.store.schema import GENERIC
-from tests.conftest import fresh_pg_store
 from tests.store_columns import IBF_COLUMNS
 
 # The seed's compare payload (002, "Comparing runs via API"), numbers as written there.
@@ -74,16 +73,6 @@ def ebs_run(run_id: str, models: dict[str, float], *, started_at: str = "2026-06
                   "cached": False} for i in range(3)]
     return {"run_id": run_id, "started_at": started_at, "ontology_version": "envo 2024-07-01",
             "benchmarks": {"ebs": bench}}, {"ebs": rows}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request, tmp_path):
-    """A fresh, empty store URL on each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with fresh_pg_store() as url:
-        yield url
 
 
 @pytest.fixture

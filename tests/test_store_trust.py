@@ -11,7 +11,7 @@ from fieldeval.cli import main
 from fieldeval.errors import UsageError
 from fieldeval.store import PartialRunError, check_store, open_store
 from fieldeval.summary import render_markdown, render_summary
-from tests.test_store_api import ebs_run, store_url  # noqa: F401  (the two-backend store fixture)
+from tests.test_store_api import ebs_run
 
 NASTY = "bad[/]model|<script>alert(1)</script>"
 ERRORS = [{"benchmark": "ebs", "model": "m", "item": "evals/test_ebs.py::test_ebs[case_2]",
@@ -22,7 +22,7 @@ PARTIAL = {"status": "interrupted", "items_planned": 10, "items_done": 6, "items
 
 
 @pytest.fixture
-def two_runs(store_url):  # noqa: F811
+def two_runs(store_url):
     """A completed run and an interrupted one with two errored items."""
     with open_store(store_url) as store:
         store.save_run(*ebs_run("run_00000001", {"m": 0.5}),
@@ -41,7 +41,7 @@ def test_a_run_keeps_its_status_items_and_errored_items(two_runs):
                                 "error_class": "ValueError", "message": "bad [/] markup"}
 
 
-def test_a_run_saved_without_counts_reads_them_as_none(store_url):  # noqa: F811
+def test_a_run_saved_without_counts_reads_them_as_none(store_url):
     with open_store(store_url) as store:
         store.save_run(*ebs_run("run_00000003", {"m": 0.5}))
         summary = store.list_runs()[0]
