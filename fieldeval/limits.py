@@ -70,7 +70,8 @@ class CallLimits:
                 self._slots[key] = threading.BoundedSemaphore(self.local_concurrency(key))
             return self._slots[key]
 
-    def _limiter(self, model: str):
+    def rate_limiter(self, model: str):
+        """The model's pyrate-limiter Limiter, or None when it has no rpm cap."""
         rpm = self.rpm_for(model)
         if rpm is None:
             return None
@@ -91,7 +92,7 @@ class CallLimits:
     @contextmanager
     def slot(self, model: str) -> Iterator[None]:
         """Wait for the model's rate limit, then hold a session slot and the model's slot."""
-        limiter = self._limiter(model)
+        limiter = self.rate_limiter(model)
         if limiter is not None:
             limiter.try_acquire("call", blocking=True)
         with self._semaphore(None), self._semaphore(model):

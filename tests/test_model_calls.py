@@ -128,3 +128,15 @@ def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
     result.stdout.fnmatch_lines(["fieldeval progress: ebs fake-slow: */30 items, 0 error(s), * items/s*"])
     quiet, _ = run_calls(project, "fake-slow", "--concurrency", "2", "-q")
     assert "fieldeval progress" not in quiet.stdout.str()
+
+
+def test_the_rpm_budget_is_shared_by_the_processes_of_a_session(tmp_path):
+    # two workers' limits over one session folder draw on one bucket: the third call of 2 rpm must wait
+    from fieldeval.limits import CallLimits
+
+    first = CallLimits(rpm=2, worker=(0, 2), rate_dir=tmp_path)
+    second = CallLimits(rpm=2, worker=(1, 2), rate_dir=tmp_path)
+    assert first.rate_limiter("m").try_acquire("call", timeout=5)
+    assert second.rate_limiter("m").try_acquire("call", timeout=5)
+    assert not first.rate_limiter("m").try_acquire("call", timeout=0.5)  # the minute's two calls are spent
+    assert second.rate_limiter("other").try_acquire("call", timeout=5)  # each model has its own budget
