@@ -20,6 +20,7 @@ import pytest
 
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.client import ModelClient, resolve_model
+from fieldeval.entries import benchmark_entries, by_nodeid
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.failures import failure_class
 from fieldeval.gates import check_gate, gate_results
@@ -254,7 +255,7 @@ class EvalSession:
 
     def sorted_rows(self, benchmark: str) -> list[dict]:
         """A benchmark's rows in a stable order, whatever order the workers finished in."""
-        return sorted(self.rows.get(benchmark, []), key=lambda r: r["nodeid"])
+        return by_nodeid(self.rows.get(benchmark, []))
 
     def error_lines(self) -> list[str]:
         """One line per model with errors: the count and the most common reasons."""
@@ -270,8 +271,6 @@ class EvalSession:
         """``report["evals"]``: run id, ontology version, and every benchmark's metrics per model."""
         if self._payload is not None:
             return self._payload
-        from fieldeval.entries import benchmark_entries
-
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
         out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples)
         all_rows = [row for rows in self.rows.values() for row in rows]
