@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import pickle
 import re
 from pathlib import Path
 
+from fieldeval.atomic import atomic_path
 from fieldeval.data import cache_dir, fetch, sha256_of
 from fieldeval.errors import UsageError
 from scorers.ebs import OntologyIndex
@@ -148,10 +148,8 @@ def load_index(selector: str | None = None) -> OntologyIndex:
             index = _read(path)
             if index is None:
                 index = build_index(selector)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                with open(tmp, "wb") as handle:
+                with atomic_path(path) as tmp, open(tmp, "wb") as handle:
                     pickle.dump(index, handle, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(tmp, path)
     _loaded[selector] = index
     return index
 

@@ -8,12 +8,12 @@ pytest-xdist); :class:`Progress` renders the live lines and keeps the
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fieldeval.atomic import write_atomic
 
 Key = tuple[str, str]  # (benchmark, model)
 
@@ -59,16 +59,3 @@ class Progress:
     def write(self, path: str | Path) -> None:
         """Replace ``path`` atomically with the current counts."""
         write_atomic(Path(path), json.dumps(self.as_dict()))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -14,32 +14,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fieldeval.progress import write_atomic
+from fieldeval.atomic import copy_atomic, write_atomic
 
 RUNS_DIR = "runs"
 STATUS_FILE = "status.json"
 REPORT_FILE = "report.json"
 LOCK_FILE = ".publish.lock"
-
-
-def copy_atomic(source: Path, target: Path) -> None:
-    """Copy ``source`` onto ``target`` through a temporary file and a rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @contextmanager
@@ -85,4 +70,4 @@ class RunFiles:
                 copy_atomic(report, self.report_path)
 
 
-__all__ = ["RunFiles", "copy_atomic", "publish_lock"]
+__all__ = ["RunFiles", "publish_lock"]

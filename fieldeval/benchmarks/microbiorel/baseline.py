@@ -14,17 +14,16 @@ summarisation step) gets the sentence ``Entity1 class Entity2``.
 from __future__ import annotations
 
 import fcntl
-import os
 import pickle
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import llm
 
+from fieldeval.atomic import atomic_path
 from fieldeval.baselines import BaselineModel
 
 RECIPE_VERSION = "1"
@@ -151,14 +150,8 @@ def load_model():
             print("re-baseline: training on the MicrobioRel train split (first run only; about 2 minutes)...",
                   file=sys.stderr, flush=True)
             model, info = train()
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    pickle.dump({"model": model, **info}, handle, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+                pickle.dump({"model": model, **info}, handle, protocol=pickle.HIGHEST_PROTOCOL)
             print(f"re-baseline: trained (dev weighted F1 {info.get('dev_weighted_f1', float('nan')):.3f}), "
                   f"cached at {path}", file=sys.stderr, flush=True)
     return model
