@@ -1,7 +1,8 @@
 """env_broad_scale (NMDC): predict a biosample's ENVO biome; scored ontology-aware.
 
 Cases: the pinned upstream suite (or ``--ebs-suite``). Model: ``--model``
-(default: the offline ebs-baseline). Metrics: every column of the seed's
+(default: the offline ebs-baseline). ``solve`` is the model work (run ahead in
+the session's pool); the item scores its ``answer``. Metrics: every column of the seed's
 scored table, aggregated by the plugin.
 """
 
@@ -14,11 +15,18 @@ import pytest
 from fieldeval import completion_fields
 from scorers.ebs import score_ebs
 
-pytestmark = pytest.mark.fieldeval(benchmark="ebs")
 
 
-def test_ebs(case, model, context, client, record):
-    completion = client.complete(model, case.prompt, system=context.suite.system, temperature=0.0)
+def solve(case, model, client):
+    """The model work of one case: one call (run ahead in the session's bounded pool)."""
+    return client.complete(model, case.prompt, system=client.context.suite.system, temperature=0.0)
+
+
+pytestmark = pytest.mark.fieldeval(benchmark="ebs", solver=solve)
+
+
+def test_ebs(case, model, context, answer, record):
+    completion = answer
     score = score_ebs(completion.text, case.ideal, index=context.index, allowed=context.enums.get(case.template))
     record(
         model=model,

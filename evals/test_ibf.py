@@ -14,16 +14,27 @@ from fieldeval import completion_fields
 from fieldeval.benchmarks.ibf.prompts import JUDGE_SYSTEM, SYSTEM_PROMPT, judge_prompt, render_prompt
 from scorers.ibf import parse_judgement, score_reference
 
-pytestmark = pytest.mark.fieldeval(benchmark="ibf")
 
 
-def test_ibf(case, model, context, client, record):
+def solve(case, model, client):
+    """The model work of one item: the answer, then (with ``--judge-model``) the judgement; both completions."""
+    context = client.context
     completion = client.complete(model, render_prompt(case), system=SYSTEM_PROMPT,
                                  temperature=context.temperature, max_tokens=context.max_tokens)
-    judge_response = None
+    verdict = None
     if context.judge_model:
         verdict = client.complete(context.judge_model, judge_prompt(case, completion.text), system=JUDGE_SYSTEM,
                                   temperature=0.0, schema=context.judge_schema)
+    return completion, verdict
+
+
+pytestmark = pytest.mark.fieldeval(benchmark="ibf", solver=solve)
+
+
+def test_ibf(case, model, context, answer, record):
+    completion, verdict = answer
+    judge_response = None
+    if verdict is not None:
         judge_response = verdict.text
         score = parse_judgement(verdict.text, scorer=f"judge:{context.judge_model}")
     else:

@@ -15,16 +15,24 @@ from fieldeval import completion_fields
 from fieldeval.benchmarks.microbiorel.prompts import SYSTEM_PROMPT, classify_prompt, summary_prompt
 from scorers.microbiorel import normalize_relation
 
-pytestmark = pytest.mark.fieldeval(benchmark="microbiorel")
 
 
-def test_microbiorel(case, model, context, client, record):
-    calls, summary = [], None
+def solve(case, model, client):
+    """The model work of one pair: the summary (``--re-mode summarize``), then the relation; both completions."""
+    context, first = client.context, None
     if context.mode == "summarize":
-        calls.append(client.complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0))
-        summary = calls[-1].text
-    prompt = classify_prompt(case, classes=context.classes_for(case), summary=summary)
-    completion = client.complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
+        first = client.complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0)
+    prompt = classify_prompt(case, classes=context.classes_for(case), summary=first.text if first else None)
+    return first, client.complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
+
+
+pytestmark = pytest.mark.fieldeval(benchmark="microbiorel", solver=solve)
+
+
+def test_microbiorel(case, model, context, answer, record):
+    first, completion = answer
+    calls = [first] if first is not None else []
+    summary = first.text if first is not None else None
     prediction = normalize_relation(completion.text)
     record(
         model=model,

@@ -1,4 +1,4 @@
-"""Content-addressed response cache: one SQLite file, safe with many writers.
+"""Content-addressed response cache: one SQLite file (WAL), safe with many writers, written in groups.
 
 The key covers the model id, its resolved options, the system prompt, the
 rendered prompt and any output schema; a regenerated suite whose prompt
@@ -7,11 +7,14 @@ changed can never hit a stale entry.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import sqlite3
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,22 +58,6 @@ class CachedResponse:
     completion_tokens: int | None
 
 
-def _check_length(path: Path) -> None:
-    """A SQLite file shorter than its header says is truncated (SQLite itself notices only when it reads there)."""
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(100)
-    except FileNotFoundError:
-        return
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
-        return  # empty (a new cache) or not SQLite at all: SQLite says which
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
-    if pages and counter == valid_for and path.stat().st_size < pages * page_size:
-        raise sqlite3.DatabaseError(f"truncated: {path.stat().st_size} of {pages * page_size} bytes")
-
-
 def _text_to_db(text: str) -> str | bytes:
     """Text SQLite can hold: as is, or (lone surrogates, which UTF-8 cannot encode) as a BLOB that round-trips."""
     try:
@@ -89,15 +76,27 @@ def _warn(line: str) -> None:
 
 
 class ResponseCache:
-    """The cache file; each call opens a short-lived connection so forked workers never share one.
+    """The cache file: one connection per process, writes committed in groups.
 
-    A damaged file (truncated, or not SQLite at all) is moved aside as
-    ``<name>.corrupt-<UTC timestamp>`` with one warning line, and a fresh cache
+    Puts are buffered and committed together every ``FLUSH_ROWS`` rows or
+    ``FLUSH_S`` seconds, and at :meth:`close` (also run at exit); the file stays
+    in WAL mode, so a crash loses at most the last group and never damages the file.
+    Opening it runs SQLite's own ``PRAGMA quick_check``, which reads the WAL too:
+    a damaged file (corrupt, or not SQLite at all) is moved aside as
+    ``<name>.corrupt-<UTC timestamp>`` with one warning line and a fresh cache
     takes its place; a path that cannot hold a file is a usage error.
     """
 
+    FLUSH_ROWS = 64
+    FLUSH_S = 0.5
+
     def __init__(self, path: Path, *, warn: Callable[[str], None] = _warn) -> None:
         self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._pending: dict[str, tuple] = {}
+        self._last_flush = time.monotonic()
         if self.path.is_dir():
             raise UsageError(f"response cache {self.path}: is a folder; pass a file to --cache-path, such as "
                              f"{self.path / 'responses.sqlite'}")
@@ -105,6 +104,7 @@ class ResponseCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._create()
         except sqlite3.DatabaseError as error:
+            self._drop()
             if isinstance(error, sqlite3.OperationalError) and "unable to open" in str(error) or not self.path.is_file():
                 raise UsageError(f"response cache {self.path}: cannot open it ({error}); "
                                  "pass a writable file to --cache-path, or --cache off") from None
@@ -115,13 +115,24 @@ class ResponseCache:
         except OSError as error:
             raise UsageError(f"response cache {self.path}: cannot create it ({error.strerror}); "
                              "pass a writable file to --cache-path, or --cache off") from None
+        atexit.register(self.close)
 
     def _create(self) -> None:
-        _check_length(self.path)
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
-            db.execute("SELECT key FROM responses LIMIT 1").fetchall()
+        db = self._connection()
+        db.execute("PRAGMA journal_mode=WAL")
+        verdict = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+        if verdict != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(str(v) for v in verdict[:3]))
+        db.execute(_SCHEMA)
+        db.execute("SELECT key FROM responses LIMIT 1").fetchall()
+
+    def _drop(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+        self._db = None
 
     def _move_aside(self) -> Path:
         """Rename the damaged file (and its WAL files) to ``.corrupt-<timestamp>``; returns the new path."""
@@ -134,29 +145,65 @@ class ResponseCache:
                 pass
         return aside
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60)
-        db.execute("PRAGMA busy_timeout=60000")
-        return db
+    def _connection(self) -> sqlite3.Connection:
+        """This process's connection (a forked child opens its own)."""
+        if self._db is None or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._pending = {}
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA busy_timeout=60000")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        return self._db
 
     def get(self, key: str) -> CachedResponse | None:
-        """The stored response for a key, if any."""
-        with self._connect() as db:
-            row = db.execute(
+        """The stored response for a key, if any (including one not yet committed)."""
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None:
+                return CachedResponse(_text_from_db(pending[2]), *pending[3:])
+            row = self._connection().execute(
                 "SELECT text, response_time_s, prompt_tokens, completion_tokens FROM responses WHERE key = ?", (key,)
             ).fetchone()
         return CachedResponse(_text_from_db(row[0]), *row[1:]) if row else None
 
     def put(self, key: str, model: str, response: CachedResponse) -> None:
-        """Store (or replace) the response for a key."""
-        with self._connect() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, completion_tokens)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, model, _text_to_db(response.text), response.response_time_s, response.prompt_tokens,
-                 response.completion_tokens),
-            )
+        """Store (or replace) the response for a key; committed with its group."""
+        with self._lock:
+            self._pending[key] = (key, model, _text_to_db(response.text), response.response_time_s,
+                                  response.prompt_tokens, response.completion_tokens)
+            if len(self._pending) >= self.FLUSH_ROWS or time.monotonic() - self._last_flush >= self.FLUSH_S:
+                self.flush()
+
+    def flush(self) -> None:
+        """Commit the buffered responses in one transaction."""
+        with self._lock:
+            self._last_flush = time.monotonic()
+            if not self._pending or self._pid != os.getpid():
+                return
+            rows = list(self._pending.values())
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, "
+                    "completion_tokens) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._pending.clear()
+
+    def close(self) -> None:
+        """Commit what is buffered and close this process's connection."""
+        with self._lock:
+            if self._db is None or self._pid != os.getpid():
+                return
+            try:
+                self.flush()
+            finally:
+                self._drop()
 
     def __len__(self) -> int:
-        with self._connect() as db:
-            return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        with self._lock:
+            self.flush()
+            return self._connection().execute("SELECT COUNT(*) FROM responses").fetchone()[0]

@@ -1,24 +1,33 @@
 """Every model call goes through a :class:`ModelClient`: cache, limits, timeouts, classified retries, cost.
 
-The pytest plugin builds one client per session and hands it to eval items
-through the ``client`` fixture; :func:`fieldeval.complete` uses a plain
-client for scripts. A call is:
+The pytest plugin builds one client per process and hands it to the
+benchmarks' solvers (:mod:`fieldeval.pool`); :func:`fieldeval.complete` uses
+a plain client for scripts. A call is:
 
-    memo (another item or worker already asked) -> response cache -> concurrency slot
-    -> rate limit -> the llm call in a thread, ended after ``call_timeout`` -> Completion
+    stop or dead-model check -> response cache -> session slot (shared by every process)
+    -> rate limit -> one request -> checked reply -> Completion (cached only when valid)
 
-Failures are classified (:mod:`fieldeval.failures`): transient ones are
-retried with exponential backoff and jitter (tenacity), honouring
-Retry-After; a permanent one is never retried, and ends that model's
-remaining calls at once.
+An OpenAI-compatible model (llm's OpenAI chat models, endpoints registered with
+``fieldeval models add``) is called directly over HTTP: one urllib3 connection
+pool per endpoint and key, no streaming, no retries of its own, and the
+pool's own timeout (``call_timeout``) ends a hung request. Any other llm
+model runs in a thread; a call past ``call_timeout`` fails at once but keeps
+its slot until the thread ends, so the bound stays true.
+
+Retries happen here and nowhere else: ``retries`` N means at most N+1 requests.
+Failures are classified (:mod:`fieldeval.failures`): transient ones (and
+invalid replies) are retried with exponential backoff and jitter (tenacity),
+honouring Retry-After; a permanent one is never retried, and ends that
+model's remaining calls at once.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +35,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from fieldeval.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from fieldeval.errors import UsageError
-from fieldeval.failures import ModelCallError, PermanentCallError, TransientCallError, classify
+from fieldeval.failures import InvalidReplyError, ModelCallError, PermanentCallError, TransientCallError, classify
 from fieldeval.limits import CallLimits
 
 BACKOFF_INITIAL_S = 0.5
@@ -101,7 +110,7 @@ def model_options(model, **wanted: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Request:
-    """One model call, fully resolved: what the cache and the memo key on."""
+    """One model call, fully resolved: what the cache keys on."""
 
     model_id: str
     resolved_id: str
@@ -125,18 +134,104 @@ def _wait_for(retry_state: RetryCallState) -> float:
     return wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S, jitter=BACKOFF_JITTER_S)(retry_state)
 
 
+class HTTPStatusError(Exception):
+    """A non-200 answer from an OpenAI-compatible endpoint (classified by its status and Retry-After)."""
+
+    def __init__(self, status: int, headers: Mapping[str, str], message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status_code = status
+        self.headers = headers
+
+
+def openai_compatible(model) -> bool:
+    """Whether ``model`` is an llm OpenAI chat model fieldeval may call over HTTP itself (no Azure, no extras)."""
+    try:
+        from llm.default_plugins.openai_models import Chat
+    except ImportError:  # pragma: no cover - llm always ships it
+        return False
+    return (isinstance(model, Chat) and not getattr(model, "api_type", None)
+            and not getattr(model, "api_version", None) and not getattr(model, "api_engine", None))
+
+
+class Endpoint:
+    """One OpenAI-compatible endpoint and key: a urllib3 connection pool reused by every call to it."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], connections: int, timeout: float) -> None:
+        import urllib3
+
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.timeout = timeout
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=max(connections, 1), block=False, retries=False,
+                                         timeout=urllib3.Timeout(total=timeout))
+
+    def chat(self, model_id: str, body: dict) -> tuple[str, int | None, int | None]:
+        """POST one chat completion; the text and token counts, or a classified error.
+
+        Raises:
+            TransientCallError: timeout or connection failure (the request has ended).
+            InvalidReplyError: an HTTP 200 without a usable answer.
+            HTTPStatusError: any other status (classified by the caller).
+        """
+        import urllib3
+
+        try:
+            reply = self._pool.request("POST", self.url, body=json.dumps(body).encode("utf-8", "surrogatepass"),
+                                       headers=self.headers, preload_content=True)
+        except urllib3.exceptions.TimeoutError:
+            raise TransientCallError(model_id, "TimeoutError",
+                                     f"no answer within --call-timeout {self.timeout:g} s") from None
+        except urllib3.exceptions.ProtocolError as error:  # reset, or a body cut short of its Content-Length
+            raise TransientCallError(model_id, "ConnectionError", " ".join(str(error).split())[:300]) from None
+        except urllib3.exceptions.HTTPError as error:
+            raise TransientCallError(model_id, type(error).__name__, " ".join(str(error).split())[:300]) from None
+        if reply.status != 200:
+            headers = {name.lower(): value for name, value in reply.headers.items()}
+            raise HTTPStatusError(reply.status, headers, _error_message(reply.data))
+        return parse_chat_reply(model_id, reply.data)
+
+
+def _error_message(data: bytes) -> str:
+    try:
+        return str(json.loads(data)["error"]["message"])[:300]
+    except (ValueError, KeyError, TypeError):
+        return " ".join(data[:300].decode("utf-8", "replace").split()) or "no body"
+
+
+def parse_chat_reply(model_id: str, data: bytes) -> tuple[str, int | None, int | None]:
+    """The answer text and token counts of a chat completion body; :class:`InvalidReplyError` when it has none."""
+    if not data.strip():
+        raise InvalidReplyError(model_id, "empty body")
+    try:
+        body = json.loads(data)
+    except ValueError as error:
+        raise InvalidReplyError(model_id, f"body is not JSON ({error.msg} at byte {error.pos})") from None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise InvalidReplyError(model_id, "no choices in the reply")
+    message = choices[0].get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(text, str):
+        raise InvalidReplyError(model_id, "the first choice holds no text")
+    if choices[0].get("finish_reason") not in (None, "stop", "length", "tool_calls", "content_filter", "eos"):
+        raise InvalidReplyError(model_id, f"truncated reply (finish_reason {choices[0].get('finish_reason')!r})")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    tokens = [usage.get(k) if isinstance(usage.get(k), int) else None for k in ("prompt_tokens", "completion_tokens")]
+    return text, tokens[0], tokens[1]
+
+
 @dataclass
 class ModelClient:
-    """A session's access to models.
+    """A session's access to models (one per process).
 
     Attributes:
-        retries: retries of a transiently failed call.
-        call_timeout: seconds after which a call counts as a transient failure.
+        retries: retries of a transiently failed call (``retries + 1`` requests at most).
+        call_timeout: seconds after which a request counts as a transient failure.
         cache_mode: use (read and write), refresh (write only), off, or replay (read only; a miss fails).
         cache: the response cache, or None.
         prices: model id -> {"input_per_mtok": USD, "output_per_mtok": USD}.
         limits: concurrency slots and rate limits, shared with the session's other processes.
-        memo: the session's shared record of calls made or in flight (see :mod:`fieldeval.prefetch`).
+        board: the session's shared board (:class:`fieldeval.pool.Board`): stop flag and dead models.
     """
 
     retries: int = DEFAULT_RETRIES
@@ -145,10 +240,13 @@ class ModelClient:
     cache: ResponseCache | None = None
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     limits: CallLimits = field(default_factory=CallLimits)
-    memo: Any = None
+    board: Any = None
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _endpoints: dict[tuple, Endpoint] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _stopped: str | None = field(default=None, init=False, repr=False)
+    _board_checked: dict[str, float] = field(default_factory=dict, init=False, repr=False)
 
     def model(self, model_id: str):
         """The llm model for an id, resolved once per client (llm's plugin loading is not thread-safe)."""
@@ -182,7 +280,8 @@ class ModelClient:
 
         Raises:
             UsageError: the model id is unknown.
-            ModelCallError: no response could be had (after retries, or at once for a permanent failure).
+            ModelCallError: no response could be had (after retries, at once for a permanent failure,
+                or without a request when the session is stopping).
 
         Example:
             >>> ModelClient().complete("ebs-baseline", prompt, system=system).text  # doctest: +SKIP
@@ -190,12 +289,6 @@ class ModelClient:
         """
         request = self.request(model_id, prompt, system=system, temperature=temperature, max_tokens=max_tokens,
                                schema=schema)
-        if self.memo is None:
-            return self._complete(request)
-        return self.memo.run(request.key, lambda: self._complete(request))
-
-    def _complete(self, request: Request) -> Completion:
-        """The call behind the memo: cache, then the model with limits and retries."""
         cache = self.cache if self.cache_mode != "off" else None
         if cache is not None and self.cache_mode in ("use", "replay"):
             hit = cache.get(request.key)
@@ -216,49 +309,107 @@ class ModelClient:
         with self._lock:
             return dict(self._dead)
 
+    def stop(self, reason: str) -> None:
+        """Start no new request from this client (requests in flight end on their own timeout)."""
+        self._stopped = self._stopped or reason
+
     def _call_with_retries(self, request: Request) -> Completion:
-        self._raise_if_dead(request.model_id)
+        sent = 0
+
+        def attempt() -> Completion:
+            nonlocal sent
+            self._raise_if_stopped(request.model_id)
+            lease = self.limits.acquire(request.model_id, self.slot_wait)
+            self._raise_if_stopped(request.model_id, lease)
+            sent += 1
+            return self._attempt(request, lease)
+
         retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=_wait_for,
                             retry=retry_if_exception_type(TransientCallError), reraise=True)
         try:
-            for attempt in retrying:
-                with attempt:
-                    self._raise_if_dead(request.model_id)
-                    return self._attempt(request)
+            return retrying(attempt)
         except PermanentCallError as error:
             with self._lock:
                 self._dead.setdefault(request.model_id, str(error))
-            if self.memo is not None:
-                self.memo.mark_dead(request.model_id, str(error))
+            if self.board is not None:
+                self.board.mark_dead(request.model_id, str(error))
             raise
         except TransientCallError as error:
-            raise ModelCallError(request.model_id, f"no response after {self.retries + 1} attempt(s): "
-                                 f"{error.detail}", kind="transient") from None
-        raise AssertionError("unreachable: tenacity either returns or raises")
+            what = "invalid reply" if isinstance(error, InvalidReplyError) else "response"
+            raise ModelCallError(request.model_id, f"no {what} after {sent} request(s): {error.detail}",
+                                 kind="transient") from None
 
-    def _raise_if_dead(self, model_id: str) -> None:
+    @property
+    def slot_wait(self) -> float:
+        """How long a call waits for a slot: every holder's request ends within ``call_timeout``."""
+        return max(60.0, 10 * self.call_timeout)
+
+    def _raise_if_stopped(self, model_id: str, lease=None) -> None:
+        message, kind = None, "skipped"
         with self._lock:
             message = self._dead.get(model_id)
-        if message is None and self.memo is not None:
-            message = self.memo.dead(model_id)
+        if message is None and self.board is not None:
+            now = time.monotonic()
+            if now - self._board_checked.get(model_id, 0.0) >= 0.1:  # the board is read at most 10 times a second
+                self._board_checked[model_id] = now
+                message = self.board.dead(model_id)
+                if message is not None:
+                    with self._lock:
+                        self._dead.setdefault(model_id, message)
+                stop = self.board.stopped()
+                if stop:
+                    self.stop(stop)
         if message is not None:
-            raise ModelCallError(model_id, f"skipped: the model failed permanently earlier in this run ({message})",
-                                 kind="skipped")
+            message = f"skipped: the model failed permanently earlier in this run ({message})"
+        elif self._stopped is not None:
+            message = f"not called: the session is stopping ({self._stopped})"
+        if message is not None:
+            if lease is not None:
+                lease.release()
+            raise ModelCallError(model_id, message, kind=kind)
 
-    def _attempt(self, request: Request) -> Completion:
-        """One call, in a slot and under the rate limit, ended after ``call_timeout``."""
-        with self.limits.slot(request.model_id):
-            start = time.perf_counter()
-            outcome: queue.Queue = queue.Queue(maxsize=1)
-            worker = threading.Thread(target=self._call, args=(self.model(request.model_id), request, outcome),
-                                      daemon=True,
-                                      name=f"fieldeval-call-{request.model_id}")
-            worker.start()
+    def _endpoint(self, model) -> Endpoint:
+        """The connection pool for the model's endpoint and key (one per client)."""
+        key = model.get_key() if getattr(model, "needs_key", None) else None
+        base = getattr(model, "api_base", None) or "https://api.openai.com/v1"
+        headers = dict(getattr(model, "headers", None) or {})
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        ident = (base, key, tuple(sorted(headers.items())))
+        with self._lock:
+            if ident not in self._endpoints:
+                self._endpoints[ident] = Endpoint(base, headers, self.limits.concurrency, self.call_timeout)
+            return self._endpoints[ident]
+
+    def _attempt(self, request: Request, lease) -> Completion:
+        """One request, holding ``lease`` until the request has really ended."""
+        model = self.model(request.model_id)
+        start = time.perf_counter()
+        if openai_compatible(model):
             try:
-                ok, value = outcome.get(timeout=self.call_timeout)
-            except queue.Empty:
-                raise TransientCallError(request.model_id, "TimeoutError",
-                                         f"no answer within --call-timeout {self.call_timeout:g} s") from None
+                body = {"model": model.model_name or model.model_id, "messages": _messages(request),
+                        "stream": False, **request.options}
+                if request.schema is not None:
+                    body["response_format"] = {"type": "json_schema",
+                                               "json_schema": {"name": "output", "schema": request.schema}}
+                text, prompt_tokens, completion_tokens = self._endpoint(model).chat(request.model_id, body)
+            except ModelCallError:
+                raise
+            except Exception as error:  # noqa: BLE001 - HTTP statuses, a missing key: classified
+                raise classify(request.model_id, error) from None
+            finally:
+                lease.release()
+            return self._completion(request, text, round(time.perf_counter() - start, 6), prompt_tokens,
+                                    completion_tokens)
+        outcome: queue.Queue = queue.Queue(maxsize=1)
+        worker = threading.Thread(target=self._call, args=(model, request, outcome, lease.release), daemon=True,
+                                  name=f"fieldeval-call-{request.model_id}")
+        worker.start()
+        try:
+            ok, value = outcome.get(timeout=self.call_timeout)
+        except queue.Empty:  # the thread keeps its slot until its call ends
+            raise TransientCallError(request.model_id, "TimeoutError",
+                                     f"no answer within --call-timeout {self.call_timeout:g} s") from None
         if not ok:
             raise classify(request.model_id, value)
         text, usage = value
@@ -266,14 +417,19 @@ class ModelClient:
                                 getattr(usage, "input", None), getattr(usage, "output", None))
 
     @staticmethod
-    def _call(model, request: Request, outcome: queue.Queue) -> None:
-        """Run the llm call (in its own thread) and hand back the text and usage, or the exception."""
+    def _call(model, request: Request, outcome: queue.Queue, done: Callable[[], None]) -> None:
+        """Run the llm call (in its own thread, without streaming) and hand back the text and usage, or the error."""
         try:
             response = model.prompt(request.prompt, system=request.system, schema=request.schema,
-                                    options=request.options)
-            outcome.put((True, (response.text(), response.usage())))
+                                    options=request.options, stream=False)
+            text = response.text()
+            if not isinstance(text, str):
+                raise InvalidReplyError(request.model_id, "the model returned no text")
+            outcome.put((True, (text, response.usage())))
         except BaseException as error:  # noqa: BLE001 - every provider error is classified by the caller
             outcome.put((False, error))
+        finally:
+            done()
 
     def _completion(self, request: Request, text: str, seconds: float, prompt_tokens: int | None,
                     completion_tokens: int | None, *, cached: bool = False) -> Completion:
@@ -288,9 +444,14 @@ class ModelClient:
         return round((prompt_tokens * price.get("input_per_mtok", 0.0)
                       + completion_tokens * price.get("output_per_mtok", 0.0)) / 1e6, 8)
 
-    def with_memo(self, memo: Any) -> ModelClient:
-        """The same client recording its calls in ``memo``."""
-        return replace(self, memo=memo)
+    def with_board(self, board: Any) -> ModelClient:
+        """The same client sharing stop flag and dead models through ``board``."""
+        return replace(self, board=board)
+
+
+def _messages(request: Request) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": request.system}] if request.system else []
+    return [*messages, {"role": "user", "content": request.prompt}]
 
 
 def complete(model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,

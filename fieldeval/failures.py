@@ -1,9 +1,17 @@
 """What went wrong with a model call, and whether trying again can help.
 
-Transient: timeouts, connection errors, HTTP 408/409/425/429, 5xx, provider
-overload; retried with backoff, honouring Retry-After. Permanent: a missing
-key, authentication, an unknown model, a bad request, a context too long;
-never retried. An error nobody recognises is treated as transient.
+The classes every part of the engine raises and catches:
+
+- :class:`TransientCallError`: timeouts, connection errors, HTTP 408/409/425/429,
+  5xx, provider overload; retried with backoff, honouring Retry-After.
+- :class:`InvalidReplyError` (a transient error): an HTTP 200 whose body is empty or
+  not JSON, a truncated stream, no ``choices``, no text; retried, then errored,
+  never scored and never cached.
+- :class:`PermanentCallError`: a missing key, authentication, an unknown model, a bad
+  request, a context too long; never retried, and it ends the model's remaining calls.
+- :class:`ModelCallError`: their base, and what an item finally raises (``kind`` says which).
+
+An error nobody recognises is treated as transient.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ class ModelCallError(RuntimeError):
         model: the model id asked.
         detail: one line: error class and message.
         kind: ``transient`` (retries ran out), ``permanent``, ``skipped`` (the model failed
-            permanently earlier), or ``replay`` (no recorded response).
+            permanently earlier, or the session is stopping), or ``replay`` (no recorded response).
     """
 
     def __init__(self, model: str, detail: str, *, kind: str = "transient") -> None:
@@ -51,6 +59,13 @@ class TransientCallError(ModelCallError):
     def __init__(self, model: str, error_class: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(model, f"{error_class}: {message}", kind="transient")
         self.retry_after = retry_after
+
+
+class InvalidReplyError(TransientCallError):
+    """A reply that came back but holds no answer: empty or undecodable body, truncated, no ``choices``."""
+
+    def __init__(self, model: str, message: str) -> None:
+        super().__init__(model, "InvalidReply", message)
 
 
 def _fix(model: str, error_class: str, message: str) -> str:

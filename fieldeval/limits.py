@@ -1,22 +1,33 @@
 """Concurrency slots and rate limits for model calls, shared by a session's processes.
 
-``--concurrency C`` bounds the calls in flight for the whole session: with
-pytest-xdist each of W workers holds its share of C (at least one), so the
-shares add up to C. ``[tool.fieldeval.models."MODEL"]`` may set a model's own
-``concurrency`` and ``rpm``; ``--rpm N`` caps every model's requests per
-minute through a pyrate-limiter bucket in a SQLite file all workers share.
+``--concurrency C`` bounds the calls in flight for the whole session,
+whatever ``-n`` is: the session folder holds C slot files, and a call holds
+an exclusive ``flock`` on one of them. The kernel frees a lock when its
+process dies, so a killed worker never holds a slot; a wait for a slot ends
+after a deadline. ``[tool.fieldeval.models."MODEL"]`` may set a model's own
+``concurrency`` (slot files of its own) and ``rpm``; ``--rpm N`` caps every
+model's requests per minute through a pyrate-limiter bucket in a SQLite file
+all workers share. Without a session folder (scripts), the slots are this
+process's semaphores.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import random
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fieldeval.failures import TransientCallError
+
 DEFAULT_CONCURRENCY = 16
+POLL_MIN_S = 0.002
+POLL_MAX_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -28,20 +39,88 @@ class ModelLimits:
 
 
 def share(total: int, index: int, count: int) -> int:
-    """Worker ``index`` of ``count``'s part of ``total`` slots (the parts add up to ``total``; each is >= 1)."""
+    """Worker ``index`` of ``count``'s part of ``total`` solver threads (the parts add up to ``total``; each >= 1)."""
     return max(1, total // count + (1 if index < total % count else 0))
+
+
+class SlotWaitTimeout(TransientCallError):
+    """No slot came free before the wait's deadline (no request was sent)."""
+
+    def __init__(self, model: str, seconds: float) -> None:
+        super().__init__(model, "SlotWaitTimeout", f"no free call slot within {seconds:g} s")
+
+
+class LocalSlots:
+    """``count`` slots for this process only."""
+
+    def __init__(self, count: int) -> None:
+        self._semaphore = threading.BoundedSemaphore(count)
+
+    def acquire(self, timeout: float) -> int | None:
+        """A slot token, or None when none came free within ``timeout`` seconds."""
+        return 0 if self._semaphore.acquire(timeout=max(timeout, 0.0)) else None
+
+    def release(self, token: int) -> None:
+        self._semaphore.release()
+
+
+class FileSlots:
+    """``count`` slots shared by every process that opens the same folder and name.
+
+    Slot i is an exclusive ``flock`` on file ``<name>.<i>``: open file descriptions
+    conflict whether they belong to other processes or to other threads of this
+    one, and the kernel drops the lock of a process that dies. Threads of this
+    process take distinct descriptors; a thread waits on the others of its own
+    process without polling, and polls (backing off) only while other processes
+    hold every slot.
+    """
+
+    def __init__(self, folder: Path, name: str, count: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fds = [os.open(folder / f"{name}.{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(count)]
+        self._free = list(range(count))
+        random.shuffle(self._free)  # workers start on different files
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float) -> int | None:
+        """A slot (its index), or None when none came free within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        pause = POLL_MIN_S
+        with self._cond:
+            while True:
+                for index in self._free:
+                    try:
+                        fcntl.flock(self._fds[index], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    self._free.remove(index)
+                    return index
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if not self._free:  # this process's own threads hold them all: wait for one to let go
+                    self._cond.wait(left)
+                else:  # other processes hold the rest: look again soon
+                    self._cond.wait(min(pause, left))
+                    pause = min(pause * 2, POLL_MAX_S)
+
+    def release(self, token: int) -> None:
+        fcntl.flock(self._fds[token], fcntl.LOCK_UN)
+        with self._cond:
+            self._free.append(token)
+            self._cond.notify()
 
 
 @dataclass
 class CallLimits:
-    """This process's slots and rate limiters.
+    """A session's slots and rate limiters, as seen from one process.
 
     Attributes:
         concurrency: the session-wide bound on calls in flight.
         rpm: requests per minute for every model (None: unlimited).
         models: per-model overrides.
         worker: (index, count) of this process among the session's workers.
-        rate_dir: folder of the shared rate-limit file (None: this process only).
+        rate_dir: the session folder: shared slot files and rate-limit file (None: this process only).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -49,26 +128,36 @@ class CallLimits:
     models: Mapping[str, ModelLimits] = field(default_factory=dict)
     worker: tuple[int, int] = (0, 1)
     rate_dir: Path | None = None
-    _slots: dict[str | None, threading.BoundedSemaphore] = field(default_factory=dict, init=False, repr=False)
+    _slots: dict[str | None, LocalSlots | FileSlots] = field(default_factory=dict, init=False, repr=False)
     _limiters: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def local_concurrency(self, model: str | None = None) -> int:
-        """Calls this process may have in flight (for one model, or in all)."""
+    def bound(self, model: str | None = None) -> int:
+        """Calls the whole session may have in flight (for one model, or in all)."""
         own = self.models.get(model) if model else None
-        total = own.concurrency if own and own.concurrency else self.concurrency
-        return share(total, *self.worker)
+        return own.concurrency if own and own.concurrency else self.concurrency
+
+    def local_concurrency(self) -> int:
+        """Solver threads this process runs: its share of the session bound."""
+        return share(self.concurrency, *self.worker)
 
     def rpm_for(self, model: str) -> int | None:
         """The model's requests-per-minute cap, if any."""
         own = self.models.get(model)
         return own.rpm if own and own.rpm else self.rpm
 
-    def _semaphore(self, key: str | None) -> threading.BoundedSemaphore:
+    def _slots_for(self, model: str | None) -> LocalSlots | FileSlots | None:
+        if model is not None and not (self.models.get(model) and self.models[model].concurrency):
+            return None  # no bound of its own: the session's slots alone
         with self._lock:
-            if key not in self._slots:
-                self._slots[key] = threading.BoundedSemaphore(self.local_concurrency(key))
-            return self._slots[key]
+            if model not in self._slots:
+                count = self.bound(model)
+                if self.rate_dir is None:
+                    self._slots[model] = LocalSlots(count)
+                else:
+                    name = "all" if model is None else "model-" + _digest(model)
+                    self._slots[model] = FileSlots(self.rate_dir / "slots", name, count)
+            return self._slots[model]
 
     def rate_limiter(self, model: str):
         """The model's pyrate-limiter Limiter, or None when it has no rpm cap."""
@@ -83,17 +172,52 @@ class CallLimits:
                 if self.rate_dir is None:
                     bucket = InMemoryBucket(rates)
                 else:
-                    table = "rpm_" + hashlib.sha256(model.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+                    table = "rpm_" + _digest(model)
                     bucket = SQLiteBucket.init_from_file(rates, table=table, db_path=str(self.rate_dir / "rates.sqlite"),
                                                          use_file_lock=True)
                 self._limiters[model] = Limiter(bucket)
             return self._limiters[model]
 
-    @contextmanager
-    def slot(self, model: str) -> Iterator[None]:
-        """Wait for the model's rate limit, then hold a session slot and the model's slot."""
+    def acquire(self, model: str, timeout: float) -> Lease:
+        """Wait (at most ``timeout`` s) for a session slot and the model's own slot, then its rate limit.
+
+        Raises:
+            SlotWaitTimeout: no slot came free in time.
+        """
+        held: list[tuple[LocalSlots | FileSlots, int]] = []
+        deadline = time.monotonic() + timeout
+        for slots in (self._slots_for(None), self._slots_for(model)):
+            if slots is None:
+                continue
+            token = slots.acquire(deadline - time.monotonic())
+            if token is None:
+                Lease(held).release()
+                raise SlotWaitTimeout(model, timeout)
+            held.append((slots, token))
+        lease = Lease(held)
         limiter = self.rate_limiter(model)
         if limiter is not None:
-            limiter.try_acquire("call", blocking=True)
-        with self._semaphore(None), self._semaphore(model):
-            yield
+            try:
+                limiter.try_acquire("call", blocking=True)
+            except BaseException:
+                lease.release()
+                raise
+        return lease
+
+
+class Lease:
+    """Slots held by one call; :meth:`release` (once) hands them back, from whichever thread ends the call."""
+
+    def __init__(self, held: list) -> None:
+        self._held = held
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        for slots, token in reversed(held):
+            slots.release(token)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -164,13 +164,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Plan the progress counts and start calling models ahead of the items."""
+    """Plan the progress counts and start the solvers of the eval items (see :mod:`fieldeval.pool`)."""
     state = eval_session(session.config)
     eval_items = [item for item in session.items if _tag(item) is not None]
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
-    if not session.config.option.collectonly:
-        state.prefetch(eval_items, _dry_run_job)
+    state.start_solvers(eval_items)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -188,16 +187,6 @@ def _tag(item: pytest.Item) -> tuple[str, str] | None:
     if marker is None or callspec is None or "model" not in callspec.params:
         return None
     return marker.kwargs["benchmark"], callspec.params["model"]
-
-
-def _dry_run_job(item: pytest.Item, fixtures: dict) -> tuple[Callable, dict] | None:
-    from fieldeval.prefetch import dry_run_arguments
-
-    function = getattr(item, "obj", None)
-    if function is None:
-        return None
-    kwargs = dry_run_arguments(function, dict(item.callspec.params), fixtures)
-    return None if kwargs is None else (function, kwargs)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -230,8 +219,18 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 
 @pytest.fixture
 def client(pytestconfig: pytest.Config):
-    """The session's model client: ``client.complete(model, prompt, system=...)``."""
+    """The session's model client: ``client.complete(model, prompt, system=...)`` (for items without a solver)."""
     return eval_session(pytestconfig).client
+
+
+@pytest.fixture
+def answer(request: pytest.FixtureRequest):
+    """The result of the solver the item's module declares (``solver=`` in its ``fieldeval`` marker).
+
+    Solvers run ahead in the session's bounded pool; the item waits for its own
+    result (or solves it now), then scores and records it.
+    """
+    return eval_session(request.config).answer(request.node)
 
 
 @pytest.fixture

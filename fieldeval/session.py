@@ -6,9 +6,11 @@ global), so sessions in one process, as pytester runs them, never share it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -61,7 +63,8 @@ class EvalSession:
         self.progress = Progress()
         self._contexts: dict[str, Any] = {}
         self._payload: dict | None = None
-        self._prefetcher = None
+        self._pool = None
+        self._failures = 0
         self._last_draw = 0.0
         self._announced: set[str] = set()
 
@@ -80,9 +83,9 @@ class EvalSession:
         client = ModelClient(retries=options.retries, call_timeout=options.call_timeout, cache_mode=options.cache,
                              cache=cache, prices=load_prices(tool, options.prices), limits=limits)
         if session_dir is not None:
-            from fieldeval.prefetch import Memo
+            from fieldeval.pool import Board
 
-            client = client.with_memo(Memo(session_dir / "memo.sqlite"))
+            client = client.with_board(Board(session_dir / "board.sqlite"))
         gates = load_thresholds(tool, options.fail_under)
         for gate in gates:
             check_gate(gate)
@@ -121,35 +124,61 @@ class EvalSession:
             if bench.warm is not None:
                 bench.warm(self.bench_options[name], self.models_for(name))
 
-    # --- calls ahead of the items --------------------------------------------------------------
+    # --- the call engine: solvers in one bounded pool ----------------------------------------
 
-    def prefetch(self, items: Sequence[pytest.Item], job: Callable[[pytest.Item, dict], tuple | None]) -> None:
-        """Start running this process's share of the eval items' calls ahead (needs the shared memo)."""
-        if self.client.memo is None or not items:
-            return
-        from fieldeval.prefetch import Prefetcher
+    def start_solvers(self, items: Sequence[pytest.Item]) -> None:
+        """Plan every eval item whose module declares a solver on the session's board, and start this
+        process's share of the solver threads (see :mod:`fieldeval.pool`)."""
+        from fieldeval.pool import Board, SolverClient, SolverPool
 
-        index, count = self.worker
-        fixtures = {"client": self.client, "record": lambda **_: None, "pytestconfig": self.config}
-        jobs = []
-        for number, item in enumerate(items):
-            if number % count != index:
+        jobs: dict[str, Callable[[], Any]] = {}
+        clients: dict[str, SolverClient] = {}
+        for item in items:
+            marker = item.get_closest_marker(MARKER)
+            solver = marker.kwargs.get("solver") if marker is not None else None
+            callspec = getattr(item, "callspec", None)
+            if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
                 continue
-            name = item.get_closest_marker(MARKER).kwargs["benchmark"]
-            spec = job(item, {**fixtures, "context": self.context(name)})
-            if spec is not None:
-                jobs.append(spec)
-        self._prefetcher = Prefetcher(jobs, self.client.limits.local_concurrency())
-        self._prefetcher.start()
+            name = marker.kwargs["benchmark"]
+            if name not in clients:
+                clients[name] = SolverClient(self.client, self.context(name))
+            jobs[item.nodeid] = functools.partial(solver, callspec.params["case"], callspec.params["model"],
+                                                  clients[name])
+        if not jobs:
+            return
+        board = self.client.board
+        if board is None:  # no session folder (an eval module outside the selected ones): this process alone
+            board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
+        self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency())
+        if self.config.option.collectonly:
+            return
+        self._pool.start()
 
-    def stop_prefetch(self) -> None:
-        """Start no further calls ahead (the session is ending)."""
-        if self._prefetcher is not None:
-            self._prefetcher.stop()
+    def answer(self, item: pytest.Item) -> Any:
+        """The result of the item's solver (waited for, or solved now)."""
+        model = item.callspec.params.get("model", "-") if hasattr(item, "callspec") else "-"
+        if self._pool is None:
+            raise pytest.UsageError(f"{item.nodeid}: the answer fixture needs a solver in "
+                                    f"@pytest.mark.{MARKER}(benchmark=..., solver=...)")
+        return self._pool.answer(item.nodeid, model)
+
+    def stop_calls(self, reason: str) -> None:
+        """No new model call starts, in any process of the session; calls in flight end on their own timeout."""
+        self.client.stop(reason)
+        if self._pool is not None:
+            self._pool.stop(reason)
+        elif self.client.board is not None:
+            try:
+                self.client.board.stop(reason)
+            except Exception:  # noqa: BLE001 - the session folder is already gone
+                pass
 
     def close(self) -> None:
-        """Stop calling ahead."""
-        self.stop_prefetch()
+        """Stop the solver threads and commit the cached responses."""
+        if self._pool is not None:
+            self._pool.stop()
+        if self.client.cache is not None:
+            self.client.cache.close()
 
     # --- progress ------------------------------------------------------------------------------
 
@@ -218,6 +247,7 @@ class EvalSession:
         item = json.loads(props[ITEM_KEY])
         key = (item["benchmark"], item["model"])
         if report.failed:
+            self._count_failure()
             self.errors[key] += 1
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
@@ -234,6 +264,13 @@ class EvalSession:
             self.progress.finish(key, failed=report.failed)
             self._write_progress()
             self._draw_progress()
+
+    def _count_failure(self) -> None:
+        """``-x`` and ``--maxfail N``: the failure that ends the session also stops spending at once."""
+        self._failures += 1
+        maxfail = self.config.option.maxfail
+        if maxfail and self._failures >= maxfail:
+            self.stop_calls("-x" if maxfail == 1 else f"--maxfail {maxfail}")
 
     def _announce_permanent(self, model: str, error: dict) -> None:
         if error.get("kind") != "permanent" or model in self._announced:
@@ -300,7 +337,7 @@ class EvalSession:
 
     def finish(self, exitstatus: int) -> None:
         """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
-        self.stop_prefetch()
+        self.stop_calls("the session is ending")
         self.status = self.progress.status = self.run_status(exitstatus)
         self._write_progress()
         self._payload = None

@@ -1,0 +1,323 @@
+"""The call engine: every eval item's declared solver, run ahead in one bounded pool per session.
+
+An eval module declares its model work as a solver, ``solve(case, model,
+client) -> result``, named in its marker
+(``pytest.mark.fieldeval(benchmark="ebs", solver=solve)``). The solver may
+call ``client.complete()`` several times (summary then answer, answer then
+judgement); ``client.context`` is the benchmark's context. The item itself
+receives the result through the ``answer`` fixture, then scores and records
+it: no test body runs twice and no fixture is stubbed.
+
+The :class:`Board` is a SQLite file in the session folder that every process
+of the session shares: one row per item (its pytest node id) that is
+``planned``, ``running`` (with its owner's pid and a lease deadline),
+``done`` (the pickled result) or ``failed`` (the model call error); the
+models that failed permanently; and the stop flag. Each process runs a
+:class:`SolverPool` of daemon threads that claim the next planned row,
+whoever's item it is; the calls themselves are bounded session-wide by the
+slots of :mod:`fieldeval.limits`. An item whose row is not done waits for it
+only while its owner is alive and its lease is fresh (a heartbeat renews it);
+a planned row it claims and solves itself, and a row whose owner died or
+went silent it takes over. So a dead worker never blocks another, and every
+wait ends by a deadline. Once the stop flag is set (``-x``, ``--maxfail``,
+Ctrl-C), no planned row starts.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from fieldeval.failures import ModelCallError
+
+LEASE_S = 30.0
+POLL_MIN_S = 0.002
+POLL_MAX_S = 0.05
+
+Job = Callable[[], Any]
+
+
+class SolverClient:
+    """What a solver receives as ``client``: the session client's ``complete()`` and the benchmark's ``context``."""
+
+    def __init__(self, client: Any, context: Any) -> None:
+        self.client = client
+        self.context = context
+
+    def complete(self, model_id: str, prompt: str, **options: Any) -> Any:
+        """:meth:`fieldeval.ModelClient.complete`: cache, slots, timeout, retries, cost."""
+        return self.client.complete(model_id, prompt, **options)
+
+
+class SolverCrash(RuntimeError):
+    """A solver raised something other than a model call error (a bug in the benchmark): its traceback."""
+
+
+class Board:
+    """The session's shared plan of solver runs, in ``path`` (SQLite, WAL).
+
+    Args:
+        path: the board file (in the session folder).
+        lease_s: how long a running row stays its owner's without a heartbeat.
+    """
+
+    def __init__(self, path: Path, *, lease_s: float = LEASE_S) -> None:
+        self.path = Path(path)
+        self.lease_s = lease_s
+        self._local = threading.local()
+        db = self._db()
+        db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, seq INTEGER NOT NULL, state TEXT NOT NULL, "
+                   "owner INTEGER, lease REAL, payload BLOB)")
+        db.execute("CREATE INDEX IF NOT EXISTS runs_planned ON runs (state, seq)")
+        db.execute("CREATE TABLE IF NOT EXISTS dead (model TEXT PRIMARY KEY, message TEXT NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS stop (id INTEGER PRIMARY KEY CHECK (id = 0), reason TEXT NOT NULL)")
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None or getattr(self._local, "pid", None) != os.getpid():
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=OFF")  # the board lives as long as the session; results are also cached
+            self._local.db, self._local.pid = db, os.getpid()
+        return db
+
+    def plan(self, keys: Iterable[str]) -> None:
+        """Add the keys (in order) as planned; keys already on the board keep their state."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT OR IGNORE INTO runs (key, seq, state) VALUES (?, ?, 'planned')",
+                       ((key, number) for number, key in enumerate(keys)))
+        db.execute("COMMIT")
+
+    def claim_next(self, owner: int) -> str | None:
+        """Claim the first planned row for ``owner``; None when none is left or the session is stopping."""
+        row = self._db().execute(
+            "UPDATE runs SET state = 'running', owner = ?, lease = ? WHERE key = (SELECT key FROM runs "
+            "WHERE state = 'planned' AND NOT EXISTS (SELECT 1 FROM stop) ORDER BY seq LIMIT 1) RETURNING key",
+            (owner, time.time() + self.lease_s)).fetchone()
+        return row[0] if row else None
+
+    def claim(self, key: str, owner: int, *, state: str = "planned", previous: int | None = None) -> bool:
+        """Claim one row that is ``planned`` (or ``running`` for ``previous``, taking it over)."""
+        if state == "planned":
+            sql, args = "state = 'planned' AND NOT EXISTS (SELECT 1 FROM stop)", ()
+        else:
+            sql, args = "state = 'running' AND owner = ?", (previous,)
+        return self._db().execute(f"UPDATE runs SET state = 'running', owner = ?, lease = ? WHERE key = ? AND {sql}",
+                                  (owner, time.time() + self.lease_s, key, *args)).rowcount == 1
+
+    def finish(self, key: str, state: str, payload: bytes) -> None:
+        """Record a row's result (``done``) or error (``failed``)."""
+        self._db().execute("UPDATE runs SET state = ?, payload = ?, lease = NULL WHERE key = ?", (state, payload, key))
+
+    def release(self, key: str, owner: int) -> None:
+        """Hand an unfinished row back (its owner is going away)."""
+        self._db().execute("UPDATE runs SET state = 'planned', owner = NULL, lease = NULL WHERE key = ? AND owner = ? "
+                           "AND state = 'running'", (key, owner))
+
+    def read(self, key: str) -> tuple[str, int | None, float | None, bytes | None] | None:
+        """(state, owner, lease deadline, payload) of a row, or None when it is not on the board."""
+        return self._db().execute("SELECT state, owner, lease, payload FROM runs WHERE key = ?", (key,)).fetchone()
+
+    def renew(self, owner: int) -> None:
+        """Push back the lease of every row ``owner`` is running (its heartbeat)."""
+        self._db().execute("UPDATE runs SET lease = ? WHERE owner = ? AND state = 'running'",
+                           (time.time() + self.lease_s, owner))
+
+    def stop(self, reason: str) -> None:
+        """No planned row starts from now on, in any process."""
+        self._db().execute("INSERT OR IGNORE INTO stop (id, reason) VALUES (0, ?)", (reason,))
+
+    def stopped(self) -> str | None:
+        """Why the session is stopping, or None."""
+        row = self._db().execute("SELECT reason FROM stop").fetchone()
+        return row[0] if row else None
+
+    def mark_dead(self, model: str, message: str) -> None:
+        """Record that ``model`` failed permanently, so every process skips its remaining calls."""
+        self._db().execute("INSERT OR IGNORE INTO dead (model, message) VALUES (?, ?)", (model, message))
+
+    def dead(self, model: str) -> str | None:
+        """The permanent failure recorded for ``model``, if any."""
+        row = self._db().execute("SELECT message FROM dead WHERE model = ?", (model,)).fetchone()
+        return row[0] if row else None
+
+    def counts(self) -> dict[str, int]:
+        """Rows per state (for tests and diagnostics)."""
+        return dict(self._db().execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall())
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _outcome(job: Job) -> tuple[str, bytes]:
+    """Run a solver: ("done", pickled result) or ("failed", pickled error)."""
+    try:
+        return "done", pickle.dumps(job())
+    except ModelCallError as error:
+        return "failed", pickle.dumps(("call", error.model, error.detail, error.kind))
+    except Exception:  # noqa: BLE001 - a bug in the solver fails its item, with the traceback
+        return "failed", pickle.dumps(("crash", traceback.format_exc()))
+
+
+def _result(state: str, payload: bytes) -> Any:
+    value = pickle.loads(payload)
+    if state == "done":
+        return value
+    if value[0] == "call":
+        raise ModelCallError(value[1], value[2], kind=value[3])
+    raise SolverCrash(value[1])
+
+
+class SolverPool:
+    """This process's solver threads and the items' view of the board.
+
+    Args:
+        board: the session's board.
+        jobs: item key (node id) -> the solver call for that item.
+        threads: how many solvers this process runs at once (its share of ``--concurrency``).
+    """
+
+    def __init__(self, board: Board, jobs: dict[str, Job], threads: int) -> None:
+        self.board = board
+        self.jobs = jobs
+        self.pid = os.getpid()
+        self._stop = threading.Event()
+        self._done: dict[str, tuple[str, bytes]] = {}
+        self._cond = threading.Condition()
+        self._running: set[str] = set()
+        count = max(1, min(threads, len(jobs))) if jobs else 0
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"fieldeval-solver-{i}")
+                         for i in range(count)]
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="fieldeval-heartbeat")
+
+    def start(self) -> None:
+        """Plan this process's items on the board and start the threads."""
+        self.board.plan(self.jobs)
+        for thread in self._threads:
+            thread.start()
+        self._beat.start()
+
+    def stop(self, reason: str | None = None) -> None:
+        """Start no new solver here (and, with a reason, in every process of the session)."""
+        if reason is not None:
+            try:
+                self.board.stop(reason)
+            except sqlite3.Error:  # the session folder is already gone
+                pass
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.board.lease_s / 4):
+            try:
+                self.board.renew(self.pid)
+            except sqlite3.Error:
+                return
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._cond:  # claimed and marked running at once, so an item never mistakes it for stale
+                    key = self.board.claim_next(self.pid)
+                    if key is not None:
+                        self._running.add(key)
+                if key is None:
+                    return
+                job = self.jobs.get(key)
+                if job is None:  # not an item of this process (cannot happen with xdist's identical collections)
+                    with self._cond:
+                        self._running.discard(key)
+                    self.board.release(key, self.pid)
+                    return
+                self._run(key, job)
+        except sqlite3.Error:  # the session folder went away: the session is over
+            return
+
+    def _claim(self, key: str, **how: Any) -> bool:
+        with self._cond:
+            if self.board.claim(key, self.pid, **how):
+                self._running.add(key)
+                return True
+            return False
+
+    def _run(self, key: str, job: Job) -> tuple[str, bytes]:
+        """Run a claimed row's solver and record its outcome (the key is in ``_running``)."""
+        try:
+            state, payload = _outcome(job)
+        except BaseException:
+            with self._cond:
+                self._running.discard(key)
+            self.board.release(key, self.pid)
+            raise
+        self.board.finish(key, state, payload)
+        with self._cond:
+            self._running.discard(key)
+            self._done[key] = (state, payload)
+            self._cond.notify_all()
+        return state, payload
+
+    def answer(self, key: str, model: str = "-") -> Any:
+        """The solver's result for an item: made here or by any process, waited for, or solved now.
+
+        Raises:
+            ModelCallError: the solver's model call failed, or the session is stopping.
+            SolverCrash: the solver itself raised.
+        """
+        pause = POLL_MIN_S
+        job = self.jobs.get(key)
+        while True:
+            with self._cond:
+                if key in self._done:
+                    return _result(*self._done.pop(key))
+                if key in self._running:  # a thread of this process is on it: wait for it, no polling
+                    self._cond.wait(1.0)
+                    continue
+            row = self.board.read(key)
+            if row is None:
+                if job is None:
+                    raise KeyError(key)
+                return _result(*_outcome(job))  # not on the board: solve it here
+            state, owner, lease, payload = row
+            if state in ("done", "failed"):
+                with self._cond:
+                    self._done.pop(key, None)
+                return _result(state, payload)
+            if state == "planned":
+                if job is not None and self._claim(key):
+                    return _result(*self._run(key, job))
+                reason = self.board.stopped()
+                if reason is not None:
+                    raise ModelCallError(model, f"not called: the session is stopping ({reason})", kind="skipped")
+                continue
+            with self._cond:
+                mine = key in self._running or key in self._done
+            if owner == self.pid:
+                stale = not mine
+            else:
+                stale = not alive(owner) or (lease is not None and lease < time.time())
+            if stale and job is not None:  # its owner died or went silent past its lease: take it over and solve it here
+                if self._claim(key, state="running", previous=owner):
+                    return _result(*self._run(key, job))
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
+
+
+__all__ = ["Board", "SolverClient", "SolverCrash", "SolverPool", "alive"]

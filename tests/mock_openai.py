@@ -1,0 +1,140 @@
+"""A local OpenAI-compatible chat server for tests and benchmarks: ``python -m tests.mock_openai PORT_FILE``.
+
+The model name in each request picks the behaviour:
+
+- ``mock-ok``: a normal reply (``forest biome [ENVO:01000174]``, or ``cropland biome [ENVO:01000245]``
+  when the prompt mentions Iowa), after the server's delay;
+- ``mock-500``: HTTP 500;
+- ``mock-invalid``: HTTP 200 whose body is not JSON;
+- ``mock-nochoices``: HTTP 200 JSON without ``choices``;
+- ``mock-hang``: sleeps an hour before answering;
+- ``mock-401``: HTTP 401.
+
+``GET /stats`` returns the requests seen (count, per model), the most in flight at once,
+and the server's clock at the first request's start and the last response's end;
+``POST /reset`` clears them and takes ``{"delay": seconds}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset(0.0)
+
+    def reset(self, delay: float) -> None:
+        self.delay = delay
+        self.requests = 0
+        self.by_model: dict[str, int] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+
+    def begin(self, model: str) -> None:
+        with self.lock:
+            self.requests += 1
+            self.by_model[model] = self.by_model.get(model, 0) + 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.first_start is None:
+                self.first_start = time.monotonic()
+
+    def end(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.last_end = time.monotonic()
+
+    def as_dict(self) -> dict:
+        with self.lock:
+            return {"requests": self.requests, "by_model": dict(self.by_model), "in_flight": self.in_flight,
+                    "max_in_flight": self.max_in_flight, "first_start": self.first_start, "last_end": self.last_end}
+
+
+STATS = Stats()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._send(200, json.dumps(STATS.as_dict()).encode())
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/").endswith("/reset"):
+            STATS.reset(float((json.loads(raw or b"{}")).get("delay", 0.0)))
+            self._send(200, b"{}")
+            return
+        body = json.loads(raw)
+        model = body.get("model", "")
+        STATS.begin(model)
+        try:
+            if STATS.delay:
+                time.sleep(STATS.delay)
+            if model == "mock-hang":
+                time.sleep(3600)
+            if model == "mock-500":
+                self._send(500, b'{"error": {"message": "server exploded", "type": "server_error"}}')
+            elif model == "mock-401":
+                self._send(401, b'{"error": {"message": "bad key", "type": "invalid_request_error"}}')
+            elif model == "mock-invalid":
+                self._send(200, b"<html>not json", "text/html")
+            elif model == "mock-nochoices":
+                self._send(200, json.dumps({"id": "x", "object": "chat.completion"}).encode())
+            else:
+                prompt = json.dumps(body.get("messages", []))
+                text = "cropland biome [ENVO:01000245]" if "Iowa" in prompt else "forest biome [ENVO:01000174]"
+                reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": text}}],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}
+                self._send(200, json.dumps(reply).encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            STATS.end()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512
+
+
+def serve(port: int = 0) -> Server:
+    """Start the server in a daemon thread; returns it (``server.server_address[1]`` is the port)."""
+    server = Server(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="mock-openai").start()
+    return server
+
+
+def extra_models_yaml(port: int, names=("mock-ok", "mock-500", "mock-invalid", "mock-nochoices", "mock-hang",
+                                        "mock-401")) -> str:
+    """llm's ``extra-openai-models.yaml`` registering each behaviour as a model at this server."""
+    return "".join(f"- model_id: {name}\n  model_name: {name}\n  api_base: http://127.0.0.1:{port}/v1\n"
+                   for name in names)
+
+
+if __name__ == "__main__":
+    server = Server(("127.0.0.1", 0), Handler)
+    Path(sys.argv[1]).write_text(str(server.server_address[1]))
+    server.serve_forever()
