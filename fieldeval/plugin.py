@@ -34,6 +34,7 @@ SESSION_DIR_KEY = "fieldeval_session_dir"
 _SESSION = pytest.StashKey[EvalSession]()
 _FILES = pytest.StashKey[RunFiles]()
 _SIGNALS = pytest.StashKey[Interrupts]()
+_ANSWER_ERROR = pytest.StashKey[ModelCallError]()
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:
@@ -230,7 +231,19 @@ def answer(request: pytest.FixtureRequest):
     Solvers run ahead in the session's bounded pool; the item waits for its own
     result (or solves it now), then scores and records it.
     """
-    return eval_session(request.config).answer(request.node)
+    try:
+        return eval_session(request.config).answer(request.node)
+    except ModelCallError as error:  # the item fails in its call phase, as if its body had made the call
+        request.node.stash[_ANSWER_ERROR] = error
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """An item whose solver's model call failed fails here, before its body scores anything."""
+    error = item.stash.get(_ANSWER_ERROR, None)
+    if error is not None:
+        raise error
 
 
 @pytest.fixture

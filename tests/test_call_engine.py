@@ -1,0 +1,234 @@
+"""The call engine over real HTTP: a local OpenAI-compatible server started here counts every request.
+
+Requests, the calls in flight and what reached the cache are counted at the
+server and in the files, never timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fieldeval.failures import ModelCallError
+from fieldeval.pool import Board, SolverCrash, SolverPool
+from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
+from tests.ebs_project import _case
+from tests.mock_openai import STATS, extra_models_yaml, serve
+
+DEADLINE_S = 120  # generous: only a hang reaches it
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = serve()
+    yield httpd
+    httpd.shutdown()
+
+
+@pytest.fixture
+def http_project(pytester: pytest.Pytester, server, monkeypatch) -> pytest.Pytester:
+    STATS.reset(0.0)
+    llm_dir = pytester.path / "llm"
+    llm_dir.mkdir()
+    (llm_dir / "extra-openai-models.yaml").write_text(extra_models_yaml(server.server_address[1]))
+    monkeypatch.setenv("LLM_USER_PATH", str(llm_dir))
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "evals").mkdir()
+    (pytester.path / "evals" / "test_ebs.py").write_text((ROOT / "evals" / "test_ebs.py").read_text())
+    return pytester
+
+
+def _suite(project: pytest.Pytester, cases: int) -> None:
+    suite = {"name": "http", "template": "predict_ebs",
+             "templates": {"predict_ebs": {"system": "You are an expert.", "prompt": "{input}"}},
+             "cases": [_case(f"Iowa-{i:03d}", "soil_data", "cropland biome [ENVO:01000245]") for i in range(cases)]}
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+
+
+def _run(project: pytest.Pytester, model: str, cases: int, *extra: str):
+    _suite(project, cases)
+    args = ("evals", "--model", model, "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
+            "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider", *extra)
+    result = project.runpytest_subprocess(*args, timeout=600)
+    path = project.path / "reports" / "report.json"
+    return result, (json.loads(path.read_text()) if path.is_file() else None)
+
+
+def test_retries_n_mean_exactly_n_plus_1_requests(http_project):
+    result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0")
+    result.assert_outcomes(failed=3)
+    assert STATS.as_dict()["requests"] == 9  # 3 items x (2 retries + 1); the SDK's own retries are off
+    result.stdout.fnmatch_lines(["*mock-500: no response after 3 request(s): HTTPStatusError: HTTP 500: server exploded*"])
+    assert report["evals"]["benchmarks"]["ebs"]["mock-500"]["errors"] == 3
+
+
+@pytest.mark.parametrize("model", ["mock-invalid", "mock-nochoices"])
+def test_an_invalid_200_reply_is_retried_errored_and_never_cached(http_project, model):
+    cache = http_project.path / "cache.sqlite"
+    result, report = _run(http_project, model, 2, "--retries", "1", "--cache", "use", "--cache-path", str(cache),
+                          "-n", "0")
+    result.assert_outcomes(failed=2)
+    assert STATS.as_dict()["requests"] == 4
+    result.stdout.fnmatch_lines([f"*{model}: no invalid reply after 2 request(s): InvalidReply: *"])
+    assert report["evals"]["benchmarks"]["ebs"][model]["errors"] == 2
+    with sqlite3.connect(cache) as db:
+        assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
+
+
+def test_a_valid_reply_is_scored_and_cached_then_read_back(http_project):
+    cache = http_project.path / "cache.sqlite"
+    first, report = _run(http_project, "mock-ok", 5, "--cache", "use", "--cache-path", str(cache), "-n", "0")
+    first.assert_outcomes(passed=5)
+    assert report["evals"]["benchmarks"]["ebs"]["mock-ok"]["exact_match"]["value"] == 1.0
+    again, _ = _run(http_project, "mock-ok", 5, "--cache", "use", "--cache-path", str(cache), "-n", "0")
+    again.assert_outcomes(passed=5)
+    assert STATS.as_dict()["requests"] == 5  # the second run came from the cache
+
+
+@pytest.mark.parametrize(("workers", "concurrency"), [("2", "1"), ("2", "3"), ("0", "3")])
+def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, workers, concurrency):
+    STATS.reset(0.2)
+    result, report = _run(http_project, "mock-ok", 12, "--concurrency", concurrency, "-n", workers, "--cache", "off")
+    result.assert_outcomes(passed=12)
+    seen = STATS.as_dict()
+    assert seen["requests"] == 12  # one call per item: no test body ran twice
+    assert seen["max_in_flight"] <= int(concurrency)
+    if int(concurrency) > 1:
+        assert seen["max_in_flight"] >= 2  # the calls do overlap
+
+
+def test_maxfail_1_stops_spending(http_project):
+    STATS.reset(0.2)
+    result, _ = _run(http_project, "mock-500", 100, "--retries", "0", "--concurrency", "4", "--maxfail", "1",
+                     "-n", "0", "--cache", "off")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1
+    # the calls in flight when the first item failed, and at most one more round already claimed
+    assert STATS.as_dict()["requests"] <= 2 * 4
+
+
+def test_a_hung_request_ends_at_the_call_timeout_and_frees_its_slot(http_project):
+    result, report = _run(http_project, "mock-hang", 4, "--call-timeout", "0.5", "--retries", "1",
+                          "--concurrency", "4", "-n", "0", "--cache", "off")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*mock-hang: no response after 2 request(s): TimeoutError: no answer within "
+                                 "--call-timeout 0.5 s*"])
+    assert STATS.as_dict()["requests"] == 8  # every second request found a slot: the first ones had ended
+
+
+def test_a_permanent_failure_ends_the_model_without_more_requests(http_project):
+    STATS.reset(0.05)
+    result, report = _run(http_project, "mock-401", 40, "--concurrency", "2", "-n", "0", "--cache", "off")
+    result.assert_outcomes(failed=40)
+    assert STATS.as_dict()["requests"] <= 2  # never retried; at most the calls already in flight
+    result.stdout.fnmatch_lines(["*mock-401 failed permanently, its remaining items are skipped*"])
+
+
+# --- the board: leases and take-over under killed or frozen owners --------------------------------
+
+_CLAIMER = """
+import sys, time
+from fieldeval.pool import Board
+board = Board(sys.argv[1], lease_s=float(sys.argv[2]))
+assert board.claim("item", __import__("os").getpid())
+print("claimed", flush=True)
+time.sleep(3600)
+"""
+
+
+def _claimed_by_child(path: Path, lease_s: float) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", _CLAIMER, str(path), str(lease_s)], stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT)
+    assert child.stdout.readline().strip() == "claimed"
+    return child
+
+
+def _answer_in_thread(pool: SolverPool, key: str) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def wait() -> None:
+        try:
+            out["value"] = pool.answer(key)
+        except BaseException as error:  # noqa: BLE001
+            out["error"] = error
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_an_item_takes_over_a_solver_whose_owner_died_or_froze(tmp_path, how):
+    board = Board(tmp_path / "board.sqlite", lease_s=1.0 if how == "frozen" else 3600)
+    board.plan(["item"])
+    child = _claimed_by_child(tmp_path / "board.sqlite", board.lease_s)
+    runs = []
+    pool = SolverPool(board, {"item": lambda: runs.append(1) or "solved here"}, threads=1)
+    try:
+        if how == "killed":
+            child.kill()
+            child.wait()
+        else:
+            os.kill(child.pid, signal.SIGSTOP)  # alive, but its heartbeat stops: the lease runs out
+        thread, out = _answer_in_thread(pool, "item")
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive(), "the item waited for a dead owner"
+        assert out == {"value": "solved here"} and runs == [1]
+        assert board.counts() == {"done": 1}
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+def test_a_live_owner_is_waited_for_and_its_result_used(tmp_path):
+    board = Board(tmp_path / "board.sqlite")
+    owner = SolverPool(board, {"item": lambda: "from the owner"}, threads=1)
+    waiter = SolverPool(board, {"item": lambda: pytest.fail("solved twice")}, threads=1)
+    owner.start()
+    thread, out = _answer_in_thread(waiter, "item")
+    thread.join(DEADLINE_S)
+    assert out == {"value": "from the owner"}
+
+
+def test_once_stopped_no_planned_solver_starts(tmp_path):
+    board = Board(tmp_path / "board.sqlite")
+    runs = []
+    pool = SolverPool(board, {f"k{i}": (lambda: runs.append(1)) for i in range(5)}, threads=2)
+    board.plan(pool.jobs)
+    pool.stop("--maxfail 1")
+    pool.start()
+    with pytest.raises(ModelCallError, match="the session is stopping"):
+        pool.answer("k0", "m")
+    assert runs == [] and board.counts() == {"planned": 5}
+
+
+def test_a_crashing_solver_fails_its_item_with_the_traceback(tmp_path):
+    pool = SolverPool(Board(tmp_path / "board.sqlite"), {"k": lambda: 1 / 0}, threads=1)
+    pool.start()
+    with pytest.raises(SolverCrash, match="ZeroDivisionError"):
+        pool.answer("k")
+
+
+def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
+    from fieldeval.limits import FileSlots
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from fieldeval.limits import FileSlots\n"
+        "s = FileSlots(Path(sys.argv[1]), 'all', 1); assert s.acquire(5) is not None\n"
+        "print('held', flush=True); time.sleep(3600)"), str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdout.readline().strip() == "held"
+    slots = FileSlots(tmp_path, "all", 1)
+    assert slots.acquire(0.2) is None  # the other process holds the only slot
+    holder.kill()
+    holder.wait()
+    assert slots.acquire(DEADLINE_S) is not None
