@@ -153,6 +153,28 @@ def openai_compatible(model) -> bool:
             and not getattr(model, "api_version", None) and not getattr(model, "api_engine", None))
 
 
+def without_sdk_retries(model):
+    """The model, its OpenAI SDK client (llm's OpenAI models not called over HTTP here) built with ``max_retries=0``.
+
+    Retries belong to :class:`ModelClient` alone; other plugins' SDK clients are left as they come.
+    """
+    original = getattr(model, "get_client", None)
+    if original is None or getattr(original, "_fieldeval_no_retries", False):
+        return model
+
+    def get_client(*args, **kwargs):
+        client = original(*args, **kwargs)
+        with_options = getattr(client, "with_options", None)
+        return with_options(max_retries=0) if with_options is not None else client
+
+    get_client._fieldeval_no_retries = True
+    try:
+        model.get_client = get_client
+    except (AttributeError, TypeError):  # a model that refuses new attributes keeps its own client
+        pass
+    return model
+
+
 class Endpoint:
     """One OpenAI-compatible endpoint and key: a urllib3 connection pool reused by every call to it."""
 
@@ -252,7 +274,7 @@ class ModelClient:
         """The llm model for an id, resolved once per client (llm's plugin loading is not thread-safe)."""
         with self._lock:
             if model_id not in self._models:
-                self._models[model_id] = resolve_model(model_id)
+                self._models[model_id] = without_sdk_retries(resolve_model(model_id))
             return self._models[model_id]
 
     def request(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,

@@ -232,3 +232,50 @@ def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
     holder.kill()
     holder.wait()
     assert slots.acquire(DEADLINE_S) is not None
+
+
+def test_llm_openai_sdk_clients_are_built_without_retries():
+    import llm
+
+    from fieldeval.client import ModelClient
+
+    model = ModelClient().model("gpt-4o-mini")
+    assert llm.get_model("gpt-4o-mini").get_client("key").max_retries > 0  # the SDK's default, untouched elsewhere
+    assert model.get_client("key").max_retries == 0
+
+
+# --- the response cache: grouped commits, WAL, quick_check ------------------------------------------
+
+
+def test_a_cache_whose_rows_sit_in_its_wal_is_read_not_moved_aside(tmp_path):
+    import shutil
+
+    from fieldeval.cache import CachedResponse, ResponseCache
+
+    live = ResponseCache(tmp_path / "live" / "responses.sqlite")
+    for number in range(51):
+        live.put(f"k{number}", "m", CachedResponse(f"answer {number}", 0.1, 1, 2))
+    live.flush()
+    # a copy taken as a crash would leave it: the rows are in the -wal file, not yet in the main file
+    (tmp_path / "copy").mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(f"{live.path}{suffix}", tmp_path / "copy" / f"responses.sqlite{suffix}")
+    assert (tmp_path / "copy" / "responses.sqlite-wal").stat().st_size > 0
+    warnings: list[str] = []
+    again = ResponseCache(tmp_path / "copy" / "responses.sqlite", warn=warnings.append)
+    assert warnings == [] and len(again) == 51 and again.get("k50").text == "answer 50"
+
+
+def test_cache_puts_are_committed_in_groups_and_all_at_close(tmp_path):
+    from fieldeval.cache import CachedResponse, ResponseCache
+
+    cache = ResponseCache(tmp_path / "responses.sqlite")
+    cache.FLUSH_S = 3600  # only the count or close commits
+    for number in range(cache.FLUSH_ROWS + 3):
+        cache.put(f"k{number}", "m", CachedResponse("a", None, None, None))
+    with sqlite3.connect(cache.path) as other:  # another process sees the committed group only
+        assert other.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == cache.FLUSH_ROWS
+    assert cache.get(f"k{cache.FLUSH_ROWS + 2}") is not None  # this process sees its own pending rows
+    cache.close()
+    with sqlite3.connect(cache.path) as other:
+        assert other.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == cache.FLUSH_ROWS + 3
