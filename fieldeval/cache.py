@@ -115,7 +115,7 @@ class ResponseCache:
         except OSError as error:
             raise UsageError(f"response cache {self.path}: cannot create it ({error.strerror}); "
                              "pass a writable file to --cache-path, or --cache off") from None
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     def _create(self) -> None:
         db = self._connection()
@@ -202,6 +202,12 @@ class ResponseCache:
                 self.flush()
             finally:
                 self._drop()
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close()
+        except sqlite3.Error as error:  # the file went away or was replaced under us: nothing left to keep
+            _warn(f"fieldeval: response cache {self.path}: last responses not kept ({error})")
 
     def __len__(self) -> int:
         with self._lock:

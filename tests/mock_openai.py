@@ -85,7 +85,11 @@ class Handler(BaseHTTPRequestHandler):
             STATS.reset(float((json.loads(raw or b"{}")).get("delay", 0.0)))
             self._send(200, b"{}")
             return
-        body = json.loads(raw)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._send(400, b'{"error": {"message": "body is not JSON", "type": "invalid_request_error"}}')
+            return
         model = body.get("model", "")
         STATS.begin(model)
         try:

@@ -21,6 +21,7 @@ def filled_cache(path) -> bytes:
     cache = ResponseCache(path)
     for n in range(500):
         cache.put(cache_key("m", {}, None, f"p{n}", None), "m", CachedResponse("answer " * 30, 0.1, 1, 1))
+    cache.close()  # puts are committed in groups; close commits the last one
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path.read_bytes()
@@ -40,6 +41,7 @@ def test_damaged_cache_is_moved_aside_with_one_warning(tmp_path, damage):
     assert line.startswith(f"fieldeval: response cache {path} is damaged (") and aside.name in line
     assert aside.read_bytes()[:100] == path.with_name(aside.name).read_bytes()[:100]
     cache.put("k", "m", CachedResponse("a", 0.1, 1, 1))
+    cache.flush()
     assert ResponseCache(path, warn=warnings.append).get("k").text == "a" and len(warnings) == 1
 
 
