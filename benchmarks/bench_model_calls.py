@@ -15,7 +15,14 @@ response ended.
     ``-n 2``, inspect_ai and promptfoo, when installed (``--inspect PYTHON``:
     a Python with inspect-ai; ``--promptfoo DIR``: a folder with
     ``node_modules/.bin/promptfoo``). Targets: fieldeval <= 0.5x inspect_ai and
-    <= promptfoo.
+    <= promptfoo. fieldeval's figure is its whole run: pytest start-up, loading
+    the EBS context, scoring each item, the report; the peers score with a
+    substring check. A tool that did not send one request per item is not counted.
+
+Peers, outside the project's dependencies: ``python3 -m venv /work/peers/venv &&
+/work/peers/venv/bin/pip install inspect-ai openai``; ``npm install promptfoo@0.120.0``
+in /work/peers/pf120 (0.120 is the last release for Node 20; its package misses
+``drizzle/`` at the top, so link it: ``ln -s dist/drizzle node_modules/promptfoo/drizzle``).
 
 Run: ``.venv/bin/python benchmarks/bench_model_calls.py --items 1000 --concurrency 64
 --inspect /work/peers/venv/bin/python --promptfoo /work/peers/pf`` (a few minutes).
@@ -131,8 +138,8 @@ def run_inspect(python: str, folder: Path, server: Server, items: int, concurren
 
 def run_promptfoo(pf_dir: Path, folder: Path, server: Server, items: int, concurrency: int):
     config = {
-        "prompts": [[{"role": "system", "content": "You are an expert."},
-                     {"role": "user", "content": "Sample from USA: {{place}}. Predict its env_broad_scale."}]],
+        "prompts": [json.dumps([{"role": "system", "content": "You are an expert."},
+                                {"role": "user", "content": "Sample from USA: {{place}}. Predict its env_broad_scale."}])],
         "providers": [{"id": "openai:chat:mock-ok", "config": {"apiBaseUrl": f"{server.base}/v1", "apiKey": "none"}}],
         "tests": [{"vars": {"place": f"Iowa-{i:05d}"}, "assert": [{"type": "contains", "value": "cropland biome"}]}
                   for i in range(items)],
