@@ -279,3 +279,22 @@ def test_cache_puts_are_committed_in_groups_and_all_at_close(tmp_path):
     cache.close()
     with sqlite3.connect(cache.path) as other:
         assert other.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == cache.FLUSH_ROWS + 3
+
+
+def test_a_killed_worker_blocks_no_other_and_its_items_are_solved_elsewhere(http_project):
+    # the worker that reaches case005 kills itself while its solver threads hold claimed calls
+    http_project.makeconftest("""
+import os, signal
+
+def pytest_runtest_setup(item):
+    if "case005" in item.nodeid and not os.path.exists("killed"):
+        open("killed", "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+    STATS.reset(0.2)
+    result, report = _run(http_project, "mock-ok", 16, "-n", "2", "--concurrency", "4", "--cache", "off")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 15 and outcomes.get("failed") == 1  # the crashed item alone
+    assert (http_project.path / "killed").is_file()
+    assert 16 <= STATS.as_dict()["requests"] <= 16 + 4  # at most the killed worker's calls in flight again
+    assert STATS.as_dict()["max_in_flight"] <= 4
