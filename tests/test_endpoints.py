@@ -96,7 +96,7 @@ def test_complete_gets_text_and_token_usage_from_a_registered_endpoint(registere
     assert completion.text == "echo from tiny-echo: hi"
     assert (completion.prompt_tokens, completion.completion_tokens) == (7, 3)
     assert ChatHandler.requests[-1]["path"] == "/v1/chat/completions"
-    assert ChatHandler.requests[-1]["stream"] is True  # llm streams by default; usage comes in the last chunk
+    assert ChatHandler.requests[-1]["stream"] is False  # one JSON reply, usage included: no streaming needed
     assert ChatHandler.requests[-1]["messages"][0] == {"role": "system", "content": "be brief"}
 
 
