@@ -58,4 +58,20 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
     return results
 
 
-__all__ = ["check_gate", "gate_results", "get_benchmark_for_gate"]
+def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
+    """A failed ``errors`` gate for a partial run (some planned items errored) unless ``max_errors`` allows it."""
+    if status != "partial":
+        return []
+    planned = sum(int(entry.get("planned") or 0) for models in out.values() for entry in models.values())
+    scored = sum(int(entry.get("scored") or 0) for models in out.values() for entry in models.values())
+    errors = planned - scored  # errored, and (in a merge) missing
+    if max_errors is not None and errors <= max_errors:
+        return []
+    allow = f"at most {max_errors} allowed by --max-errors" if max_errors is not None else \
+        f"pass --max-errors {errors} to let the gates judge it, or resume it with --resume"
+    return [{"metric": "errors", "model": "-", "gate_on": "count", "value": errors,
+             "threshold": max_errors or 0, "passed": False,
+             "reason": f"the run is partial: {errors} of {planned} planned items errored or missing ({allow})"}]
+
+
+__all__ = ["check_gate", "error_gates", "gate_results", "get_benchmark_for_gate"]

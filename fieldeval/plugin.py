@@ -251,10 +251,27 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
         raise pytest.UsageError(f"{request.node.nodeid}: the record fixture needs @pytest.mark.{MARKER}(benchmark=...)")
 
     def _record(**values) -> None:
-        row = {"benchmark": marker.kwargs["benchmark"], **values}
+        row = {"benchmark": marker.kwargs["benchmark"], **values, **_design_keys(request)}
         request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str)))
 
     return _record
+
+
+def _design_keys(request: pytest.FixtureRequest) -> dict[str, str]:
+    """How the item's case was drawn: ``case_key`` (its pytest id), ``cluster`` and ``cluster_stratum``."""
+    callspec = getattr(request.node, "callspec", None)
+    case = callspec.params.get("case") if callspec is not None else None
+    if case is None:
+        return {}
+    bench = eval_session(request.config).benchmark(request.node.get_closest_marker(MARKER).kwargs["benchmark"])
+    keys = {"case_key": str(case.test_id)}
+    cluster = bench.cluster_key(case)
+    if cluster not in (None, ""):
+        keys["cluster"] = str(cluster)
+        stratum = bench.stratum_key(case) if bench.stratum_key is not None else None
+        if stratum not in (None, ""):
+            keys["cluster_stratum"] = str(stratum)
+    return keys
 
 
 @pytest.hookimpl(wrapper=True)
@@ -276,6 +293,9 @@ def pytest_sessionfinish(session: pytest.Session):
     payload = state.payload()
     if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif (session.exitstatus == pytest.ExitCode.TESTS_FAILED and state.errors_allowed()
+          and all(gate["passed"] for gate in payload["gates"]) and session.testsfailed <= sum(state.errors.values())):
+        session.exitstatus = pytest.ExitCode.OK  # only errored eval items failed, and --max-errors allows them
     try:
         return (yield)
     finally:
@@ -313,8 +333,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     payload = state.payload()
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
+    for line in (payload.get("baseline") or {}).get("notes", []):
+        terminalreporter.write_line(f"fieldeval baseline: {line}")
     for gate in payload["gates"]:
-        if gate.get("reason"):
+        if gate["gate_on"] == "baseline":
+            if not gate["passed"]:
+                from fieldeval.paired import regression_line
+
+                terminalreporter.write_line(regression_line(gate), red=True)
+        elif gate.get("reason"):
             terminalreporter.write_line(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}",
                                         red=True)
         elif not gate["passed"]:

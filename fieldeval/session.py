@@ -23,9 +23,10 @@ from fieldeval.client import ModelClient, resolve_model
 from fieldeval.entries import benchmark_entries, by_nodeid
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.failures import failure_class
-from fieldeval.gates import check_gate, gate_results
+from fieldeval.gates import check_gate, error_gates, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
+from fieldeval.paired import regression_gates
 from fieldeval.progress import Progress
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
@@ -115,11 +116,26 @@ class EvalSession:
             from fieldeval.store import check_store
 
             check_store(url, create=True)
+        if url is not None and self.selected and not self.config.option.collectonly:
+            self.check_stored_runs(url)
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
             if bench.warm is not None:
                 bench.warm(self.bench_options[name], self.models_for(name))
+
+    def check_stored_runs(self, url: str) -> None:
+        """``--baseline-run`` and ``--resume`` name stored runs (a usage error naming the store when not)."""
+        from fieldeval.store import declared_columns, open_store
+
+        for flag, run_id in (("--baseline-run", self.options.baseline_run), ("--resume", self.options.resume)):
+            if not run_id:
+                continue
+            with open_store(url, columns=declared_columns()) as store:
+                try:
+                    store.run_settings(run_id)
+                except UsageError as error:
+                    raise UsageError(f"{flag} {run_id}: {error}") from None
 
     # --- calls ahead of the items --------------------------------------------------------------
 
@@ -272,8 +288,10 @@ class EvalSession:
         if self._payload is not None:
             return self._payload
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
-        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples)
+        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples,
+                                cluster_by=self.options.cluster_by, planned=self.progress.planned)
         all_rows = [row for rows in self.rows.values() for row in rows]
+        gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -282,10 +300,42 @@ class EvalSession:
             "cache": {"mode": self.options.cache,
                       "hits": sum(1 for r in all_rows if r.get("cached")),
                       "misses": sum(1 for r in all_rows if not r.get("cached"))},
-            "gates": gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out})),
+            "gates": gates,
             "status": self.status,
         }
+        if self.options.cluster_by != "benchmark":
+            self._payload["cluster_by"] = self.options.cluster_by
+        if self.status != "running":  # judged once the session ends: errored items, then the baseline run
+            gates += error_gates(out, self.status, self.options.max_errors)
+            if self.options.baseline_run and out:
+                try:
+                    self._payload["baseline"] = self.baseline_comparison()
+                except UsageError as error:
+                    self._payload["baseline"] = {"run": self.options.baseline_run, "differences": [],
+                                                 "notes": [str(error)]}
+                gates += regression_gates(self._payload["baseline"]["differences"],
+                                          tolerance=self.options.regression_tolerance)
         return self._payload
+
+    def baseline_comparison(self) -> dict:
+        """``{"run", "differences", "notes"}``: this run against ``--baseline-run``, paired by case."""
+        from fieldeval.paired import differences
+        from fieldeval.store import declared_columns, open_store
+
+        url = self.store_url()
+        if url is None:
+            raise UsageError(f"--baseline-run {self.options.baseline_run}: needs a run store; drop --store none")
+        with open_store(url, columns=declared_columns()) as store:
+            base_rows = store.run_rows(self.options.baseline_run)
+        rows = {name: self.sorted_rows(name) for name in self.rows}
+        diffs, notes = differences(self.options.baseline_run, base_rows, self.run_id, rows, seed=self.options.seed,
+                                   resamples=self.options.resamples, cluster_by=self.options.cluster_by)
+        return {"run": self.options.baseline_run, "differences": diffs, "notes": notes}
+
+    def errors_allowed(self) -> bool:
+        """Whether ``--max-errors`` lets this run's errored items pass (so only the gates judge it)."""
+        allowed = self.options.max_errors
+        return allowed is not None and sum(self.errors.values()) <= allowed
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -321,11 +371,14 @@ class EvalSession:
         return None if url.lower() == "none" else url
 
     def run_status(self, exitstatus: int) -> str:
-        """``completed`` only when every planned item ran and pytest ended normally; else ``interrupted``."""
+        """``completed`` only when every planned item was scored and pytest ended normally; ``partial`` when
+        every planned item ran but some errored; else ``interrupted``."""
         planned = sum(self.progress.planned.values())
         done = sum(self.progress.done.values())
         normal = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        return "completed" if normal and done >= planned else "interrupted"
+        if not normal or done < planned:
+            return "interrupted"
+        return "partial" if sum(self.progress.errors.values()) or sum(self.errors.values()) else "completed"
 
     def save_run(self, exitstatus: int) -> None:
         """Store the finished session as an immutable run (controller only)."""
