@@ -52,7 +52,11 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
                 value = entry[gate.metric]["ci95"][0]
             result = {"metric": name, "model": model, "gate_on": on, "value": value, "threshold": gate.threshold,
                       "passed": value is not None and value >= gate.threshold}
-            if value is None:
+            if value is None and (entry.get(gate.metric) or {}).get("value") is not None:
+                clusters = entry[gate.metric].get("n_clusters")
+                result["reason"] = (f"{name} for {model} has no ci95 lower bound: its items come from only "
+                                    f"{clusters} cluster(s); gate on the point value or add clusters")
+            elif value is None:
                 result["reason"] = f"{gate.bench} scored no items for {model} (every item errored or was left out)"
             results.append(result)
     return results

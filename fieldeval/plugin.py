@@ -163,6 +163,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("model", state.models_for(bench.name))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--resume RUN_ID``: deselect the items that run scored (after pytest-split chose this shard's items)."""
+    state = eval_session(config)
+    if not state.options.resume or not state.selected:
+        return
+    done = state.resumed_items()
+    keep, drop = [], []
+    for item in items:
+        tag = _tag(item)
+        case = item.callspec.params.get("case") if tag is not None else None
+        scored = case is not None and (tag[0], tag[1], str(case.test_id)) in done
+        (drop if scored else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan the progress counts and start calling models ahead of the items."""
     state = eval_session(session.config)

@@ -40,7 +40,7 @@ def clustered_se(values: Sequence[float], clusters: Sequence[Any]) -> tuple[floa
 
     Example:
         >>> [round(x, 4) for x in clustered_se([1, 1, 0, 0], ["a", "a", "b", "b"])]
-        [0.25, 0.5]
+        [0.25, 0.3536]
     """
     s = np.asarray(values, dtype=float)
     n = s.size

@@ -52,7 +52,8 @@ class EvalSession:
         self.gates = gates
         self.session_dir = session_dir
         self.worker = worker
-        self.run_id = options.run_id or "run_" + secrets.token_hex(4)
+        self.run_id = options.run_id or options.resume or "run_" + secrets.token_hex(4)
+        self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -118,6 +119,7 @@ class EvalSession:
             check_store(url, create=True)
         if url is not None and self.selected and not self.config.option.collectonly:
             self.check_stored_runs(url)
+            self.take_resumed_rows()
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
@@ -136,6 +138,30 @@ class EvalSession:
                     store.run_settings(run_id)
                 except UsageError as error:
                     raise UsageError(f"{flag} {run_id}: {error}") from None
+
+    def resumed_rows(self) -> dict[str, list[dict]]:
+        """``--resume RUN_ID``: that stored run's scored rows by benchmark (empty without ``--resume``)."""
+        if self._resumed is None:
+            self._resumed = {}
+            url = self.store_url()
+            if self.options.resume and url is not None:
+                from fieldeval.store import declared_columns, open_store
+
+                with open_store(url, columns=declared_columns()) as store:
+                    self._resumed = {bench: rows for bench, rows in store.run_rows(self.options.resume).items()
+                                     if bench in self.selected}
+        return self._resumed
+
+    def resumed_items(self) -> set[tuple[str, str, str]]:
+        """(benchmark, model, case key) of every item the resumed run scored: these are not run again."""
+        from fieldeval.entries import case_key
+
+        return {(bench, str(row["model"]), case_key(row)) for bench, rows in self.resumed_rows().items() for row in rows}
+
+    def take_resumed_rows(self) -> None:
+        """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
+        for bench, rows in self.resumed_rows().items():
+            self.rows[bench].extend(rows)
 
     # --- calls ahead of the items --------------------------------------------------------------
 
@@ -171,7 +197,10 @@ class EvalSession:
 
     def plan(self, keys: list[tuple[str, str] | None]) -> None:
         """Planned items per (benchmark, model), from the collected items."""
-        self.progress.plan([k for k in keys if k is not None])
+        resumed = [(bench, str(row["model"])) for bench, rows in self.resumed_rows().items() for row in rows]
+        self.progress.plan([k for k in keys if k is not None] + resumed)
+        for key in resumed:  # scored in the run being resumed
+            self.progress.done[key] += 1
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
@@ -404,6 +433,8 @@ class EvalSession:
         }
         try:
             with open_store(url, columns=declared_columns()) as store:
+                if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
+                    store.delete_run(self.options.resume)
                 store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
         except UsageError as error:
             self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
