@@ -59,7 +59,9 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     hazards: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         hazards[row.get("hazard") or "unknown"].append(row)
-    out["per_hazard"] = {h: {"mean_dimension_score": mds_metric(g, seed=seed, resamples=resamples)}
+    # one hazard's MDS is conditional on that hazard: its items are resampled, not its (one) cluster
+    out["per_hazard"] = {h: {"mean_dimension_score": estimate(mds_estimator(g), Design(), seed=seed,
+                                                               resamples=resamples)}
                          for h, g in sorted(hazards.items())}
     return out
 
