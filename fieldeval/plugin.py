@@ -311,12 +311,16 @@ def pytest_sessionfinish(session: pytest.Session):
     payload = state.payload()
     if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    elif (session.exitstatus == pytest.ExitCode.TESTS_FAILED and state.errors_allowed()
-          and all(gate["passed"] for gate in payload["gates"]) and session.testsfailed <= sum(state.errors.values())):
-        session.exitstatus = pytest.ExitCode.OK  # only errored eval items failed, and --max-errors allows them
+    # only errored eval items failed, and --max-errors allows them
+    allowed = (session.exitstatus == pytest.ExitCode.TESTS_FAILED and state.errors_allowed()
+               and all(gate["passed"] for gate in payload["gates"]) and session.testsfailed <= sum(state.errors.values()))
+    if allowed:
+        session.exitstatus = pytest.ExitCode.OK
     try:
         return (yield)
     finally:
+        if allowed:  # again after the other plugins' sessionfinish: some OR the original status back in
+            session.exitstatus = pytest.ExitCode.OK
         _save_session(config, state, files, int(session.exitstatus))
 
 

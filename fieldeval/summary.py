@@ -50,10 +50,10 @@ def few_cluster_notes(name: str, models: dict) -> list[str]:
     """One line per model whose headline intervals rest on fewer than 10 clusters."""
     lines = []
     for model, entry in models.items():
-        thin = sorted({(entry[m]["n_clusters"], entry[m]["n"]) for m in benchmarks()[name].headline
-                       if few_clusters(entry.get(m))})
+        thin = [(entry[m]["n"], entry[m]["n_clusters"]) for m in benchmarks()[name].headline
+                if few_clusters(entry.get(m))]
         if thin:
-            clusters, items = thin[0]
+            items, clusters = max(thin)  # the metric over the most items
             lines.append(f"{name} {model}: {items} items in only {clusters} clusters (under {FEW_CLUSTERS}): "
                          "the intervals are wide and approximate")
     return lines

@@ -56,10 +56,18 @@ PLACES = [("Iowa", "soil_data", "cropland biome [ENVO:01000245]"),
           ("Oregon", "soil_data", "forest biome [ENVO:01000174]"),
           ("Maine", "air_data", "forest biome [ENVO:01000174]")]
 STUDIES = ["NEON", "EcoFAB", "Seawater", "Stand"]
+
+
+def _study_case(study: str, place: tuple[str, str, str]) -> dict:
+    """A case whose prompt names its study on a ``Study:`` line, as the upstream suite's do."""
+    case = _case(*place)
+    return {**case, "input": f"{case['input']}\nStudy: {study}\n"}
+
+
 # four studies of three cases each (one per place): 12 items in 4 clusters
 SUITE = {"name": "tiny-studies", "template": "predict_ebs",
          "templates": {"predict_ebs": {"system": "You are an expert. Answer label [CURIE].", "prompt": "{input}"}},
-         "cases": [{**_case(*place), "study": study} for study in STUDIES for place in PLACES]}
+         "cases": [_study_case(study, place) for study in STUDIES for place in PLACES]}
 ARGS = ("evals", "--model", "fake-ebs", "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
         "--enum-dir", str(TINY_ENUMS), "--retries", "0", "--cache", "off", "-p", "no:cacheprovider",
         "--bootstrap-resamples", "300")
