@@ -89,13 +89,20 @@ class EbsSuite:
 
 
 def study_of(raw: dict) -> str:
-    """A suite case's study: its ``cluster`` or ``study`` field, else the ``Study:`` line of its input."""
+    """A suite case's study: its ``cluster`` or ``study`` field, else the ``Study:`` line of its input (without
+    a trailing sample-set code in parentheses).
+
+    Example:
+        >>> study_of({"input": "Predict.\\nStudy: Soil warming (AY23_plt05)\\nDescription: ..."})
+        'Soil warming'
+    """
     original = raw.get("original_input") if isinstance(raw.get("original_input"), dict) else {}
     for value in (raw.get("cluster"), raw.get("study"), original.get("cluster"), original.get("study")):
         if value not in (None, ""):
             return str(value)
     found = re.search(r"^Study:[ \t]*(.+)$", str(raw.get("input") or ""), flags=re.MULTILINE)
-    return found.group(1).strip() if found else ""
+    # the line may end in a sample-set code, "... climate change (AY23_plt05)": one study, not one per code
+    return re.sub(r"\s*\([A-Za-z0-9_.-]+\)$", "", found.group(1).strip()) if found else ""
 
 
 def load_suite(path: str | Path | None = None) -> EbsSuite:
