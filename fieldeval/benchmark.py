@@ -176,9 +176,10 @@ class Benchmark(Generic[Context]):
             return self.estimators(rows)
         from fieldeval.stats import Estimator
 
-        return {name: Estimator.mean([r.get(name) for r in rows]) for name in self.headline
-                if rows and all(isinstance(r.get(name), int | float | None) for r in rows)
-                and any(r.get(name) is not None for r in rows)}
+        return {m.name: Estimator.mean([r.get(m.name) for r in rows], (m.low, m.high)) for m in self.metrics
+                if m.headline
+                and rows and all(isinstance(r.get(m.name), int | float | None) for r in rows)
+                and any(r.get(m.name) is not None for r in rows)}
 
     @property
     def headline(self) -> list[str]:

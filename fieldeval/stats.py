@@ -169,12 +169,10 @@ class Estimator:
     bounds: tuple[float, float] | None = None
 
     @classmethod
-    def mean(cls, values: Sequence[float | None]) -> Estimator:
-        """The mean of per-item values (None: not defined for the item)."""
+    def mean(cls, values: Sequence[float | None], bounds: tuple[float, float] | None = None) -> Estimator:
+        """The mean of per-item values (None: not defined for the item) in the metric's range ``bounds``."""
         data = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
-        defined = ~np.isnan(data)
-        bounds = (float(data[defined].min()), float(data[defined].max())) if defined.any() else None
-        return cls(data, weighted_mean, defined, bounds)
+        return cls(data, weighted_mean, ~np.isnan(data), bounds)
 
     def take(self, index: np.ndarray) -> Estimator:
         """The estimator of the items at ``index`` (in that order)."""

@@ -144,6 +144,11 @@ def test_clusters_paired_compare_and_the_regression_gate_both_ways(project):
                                        "n_items": 12, "n_clusters": 4}
     table = _fieldeval(project, "runs", "compare", "run_base", "run_worse")
     assert "paired differences against run_base" in table.stdout and "-0.333" in table.stdout
+    report = _fieldeval(project, "report", "run_base", "run_worse", "-o", "report.html")
+    assert report.returncode == 0, report.stderr
+    html = (project.path / "report.html").read_text()
+    assert "Paired differences against run_base" in html and "-0.333" in html
+    assert "run_worse ebs fake-ebs: 12 items in only 4 clusters (under 10)" in html
 
 
 def _responses(project: pytest.Pytester, run_id: str) -> list[dict]:

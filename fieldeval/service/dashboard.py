@@ -86,6 +86,22 @@ def differences(store, base: str | None, run_ids: list[str]) -> dict[str, Any] |
     return {"base": base, "rows": rows, "notes": found["notes"]}
 
 
+def few_cluster_notes(run: dict[str, Any]) -> list[str]:
+    """One line per benchmark and model of a stored run whose headline intervals rest on under 10 clusters."""
+    from fieldeval.stats import FEW_CLUSTERS, few_clusters
+
+    lines = []
+    for bench, by_model in run["metrics"].items():
+        for model, metrics in by_model.items():
+            thin = [(metrics[m]["n"], metrics[m]["n_clusters"]) for m in run["headline"].get(bench, [])
+                    if few_clusters(metrics.get(m))]
+            if thin:
+                items, clusters = max(thin)
+                lines.append(f"{run['run_id']} {bench} {model}: {items} items in only {clusters} clusters "
+                             f"(under {FEW_CLUSTERS}): the intervals are wide and approximate")
+    return lines
+
+
 def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False,
             base: str | None = None) -> dict[str, Any]:
     """What the template shows: the runs list, the details of every stored run in it, and the paired
@@ -104,19 +120,23 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
             raise UsageError(f"run {missing[0]!r}: not in the store {store.url}; run `fieldeval runs list` for the ids")
         runs = [by_id[run_id] for run_id in dict.fromkeys(run_ids)]
     details: dict[str, list[dict[str, Any]]] = {"ibf": [], "ebs": [], "microbiorel": []}
+    cluster_notes: list[str] = []
     stored = {summary.run_id for summary in store.list_runs()}
     for run in runs:
         version = run["corpus_version"]
         run["corpus_text"] = version if isinstance(version, str) else "; ".join(f"{b}={v}" for b, v in (version or {}).items())
         run["corpus_list"] = [version] if isinstance(version, str) else list((version or {}).values())
         if run["run_id"] in stored:
-            for bench, entries in _details(store.get_run(run["run_id"])).items():
+            full = store.get_run(run["run_id"])
+            for bench, entries in _details(full).items():
                 details[bench].extend(entries)
+            cluster_notes += few_cluster_notes(full)
     data = {"live": live, "dimensions": IBF_DIMENSIONS, "relationships": RELATIONSHIPS, **details,
             "runs": [{"run_id": r["run_id"], "status": r["status"]} for r in runs]}
     paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in stored and
                                        r["status"] in ("completed", "partial")])
     return {"runs": runs, "details": details, "data": script_json(data), "live": live, "differences": paired,
+            "cluster_notes": cluster_notes,
             "dimensions": IBF_DIMENSIONS, "aggregates": IBF_AGGREGATES, "relationships": RELATIONSHIPS,
             "benchmarks": sorted({b for r in runs for b in r["benchmarks"]}),
             "models": sorted({m for r in runs for m in r["models"]}),

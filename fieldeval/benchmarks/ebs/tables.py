@@ -170,7 +170,7 @@ def summary_lines(df) -> list[str]:
 
 def estimators(rows: list[dict]) -> dict[str, Estimator]:
     """Each metric as the mean of its per-row values (None: not defined for the row)."""
-    return {metric: Estimator.mean([None if r.get(metric) is None else float(r[metric]) for r in rows])
+    return {metric: Estimator.mean([None if r.get(metric) is None else float(r[metric]) for r in rows], (0.0, 1.0))
             for metric in METRICS}
 
 

@@ -19,9 +19,7 @@ def score_matrix(rows: list[dict]) -> np.ndarray:
 def mds_estimator(rows: list[dict]) -> Estimator:
     """MDS as a statistic of the (items, 5) score matrix; items with no score at all do not count."""
     data = score_matrix(rows)
-    defined = ~np.isnan(data).all(axis=1)
-    bounds = (float(np.nanmin(data)), float(np.nanmax(data))) if defined.any() else None
-    return Estimator(data, mds_weights, defined, bounds)
+    return Estimator(data, mds_weights, ~np.isnan(data).all(axis=1), (0.0, 4.0))
 
 
 def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
@@ -31,11 +29,11 @@ def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
 
 def estimators(rows: list[dict]) -> dict[str, Estimator]:
     """Dimension means, MDS and TPR (over fully scored items) as statistics of the rows."""
-    out: dict[str, Estimator] = {dim: Estimator.mean([r.get(dim) for r in rows]) for dim in DIMENSIONS}
+    out: dict[str, Estimator] = {dim: Estimator.mean([r.get(dim) for r in rows], (0.0, 4.0)) for dim in DIMENSIONS}
     out["mean_dimension_score"] = mds_estimator(rows)
     out["threshold_pass_rate"] = Estimator.mean([
         float(all(r[d] >= PASS_THRESHOLD for d in DIMENSIONS)) if all(r.get(d) is not None for d in DIMENSIONS)
-        else None for r in rows])
+        else None for r in rows], (0.0, 1.0))
     return out
 
 

@@ -42,8 +42,8 @@ def estimators(rows: list[dict]) -> dict[str, Estimator]:
         name: Estimator(codes, statistic, every, (0.0, 1.0))
         for name, statistic in [("weighted_f1", weighted_f1_weights), ("weighted_precision", weighted_precision_weights),
                                 ("weighted_recall", weighted_recall_weights), ("macro_f1", macro_f1_weights)]}
-    out["accuracy"] = Estimator.mean([float(g == p) for g, p in zip(golds, preds)])
-    out["parse_rate"] = Estimator.mean([float(p is not None) for p in preds])
+    out["accuracy"] = Estimator.mean([float(g == p) for g, p in zip(golds, preds)], (0.0, 1.0))
+    out["parse_rate"] = Estimator.mean([float(p is not None) for p in preds], (0.0, 1.0))
     return out
 
 
