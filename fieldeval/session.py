@@ -117,6 +117,9 @@ class EvalSession:
             from fieldeval.store import check_store
 
             check_store(url, create=True)
+        for flag, value in (("--resume", self.options.resume), ("--baseline-run", self.options.baseline_run)):
+            if value and url is None:
+                raise UsageError(f"{flag} {value}: needs the run store that holds it; drop --store none")
         if url is not None and self.selected and not self.config.option.collectonly:
             self.check_stored_runs(url)
             self.take_resumed_rows()
