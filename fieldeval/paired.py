@@ -80,6 +80,8 @@ def differences(base_run: str, base_rows: Rows, run: str, rows: Rows, *, seed: i
             if cluster_by == "none":
                 rows_a, rows_b = without_clusters(rows_a), without_clusters(rows_b)
             design = Design.of_rows(rows_a)
+            if not design.clustered:  # a base run stored before clusters were recorded: the other run's
+                design = Design.of_rows(rows_b)
             est_a, est_b = spec.metric_estimators(rows_a), spec.metric_estimators(rows_b)
             for metric in metrics or spec.headline:
                 if metric not in est_a or metric not in est_b:

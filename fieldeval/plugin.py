@@ -355,8 +355,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     payload = state.payload()
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
-    for line in (payload.get("baseline") or {}).get("notes", []):
-        terminalreporter.write_line(f"fieldeval baseline: {line}")
     for gate in payload["gates"]:
         if gate["gate_on"] == "baseline":
             if not gate["passed"]:
