@@ -109,7 +109,7 @@ def regression_gates(diffs: Sequence[Mapping[str, Any]], *, tolerance: float) ->
     for diff in diffs:
         hi = diff["ci95"][1]
         result = {"metric": f"{diff['benchmark']}.{diff['metric']}", "model": diff["model"], "gate_on": "baseline",
-                  "value": diff["value"], "ci95": list(diff["ci95"]), "threshold": -tolerance,
+                  "value": diff["value"], "ci95": list(diff["ci95"]), "threshold": -tolerance or 0.0,
                   "baseline_run": diff["base_run"], "n_items": diff["n_items"], "n_clusters": diff["n_clusters"],
                   "passed": not (hi is not None and hi < -tolerance)}
         results.append(result)
