@@ -11,6 +11,8 @@ The data flow through a benchmark::
     options (parsed once) -> load() -> context -> cases(context) -> pytest items
     item: client.complete() -> scorer -> record(row)
     rows -> aggregate() -> report, store (run_meta, store_columns) -> write_outputs(), summary_notes()
+    case -> cluster_key(), stratum_key(): how the cases were drawn (each row carries them; every ci95
+    resamples whole clusters); rows -> estimators(): the metrics paired comparisons and power use
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ def _no_meta(context: Any) -> RunMeta:
     return RunMeta()
 
 
+def _no_cluster(case: Any) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Benchmark(Generic[Context]):
     """A benchmark as the engine sees it.
@@ -136,6 +142,14 @@ class Benchmark(Generic[Context]):
         store_columns: columns of the store's tables this benchmark fills.
         warm: ``(options, models)`` -> one-off work before collection on the controller
             (e.g. training an offline baseline once rather than once per xdist worker).
+        cluster_key: case -> the cluster it was drawn with (a study, a paragraph, a hazard), or None for
+            an independent case. The engine records it on each row as ``cluster``; every ci95 then
+            resamples whole clusters (``--cluster-by none``: items).
+        stratum_key: case -> its stratum when the suite was drawn per stratum (clusters are resampled
+            within each), or None: no strata.
+        estimators: rows -> ``{metric: fieldeval.stats.Estimator}``, each metric as a statistic of per-row
+            data under item weights; paired differences, the regression gate and ``fieldeval power`` use it.
+            None: the headline metrics that are row keys, as means.
     """
 
     name: str
@@ -152,6 +166,20 @@ class Benchmark(Generic[Context]):
     run_meta: Callable[[Context], RunMeta] = _no_meta
     store_columns: StoreColumns = field(default_factory=StoreColumns)
     warm: Callable[[Any, Sequence[str]], None] | None = None
+    cluster_key: Callable[[Any], str | None] = _no_cluster
+    stratum_key: Callable[[Any], str | None] | None = None
+    estimators: Callable[[Sequence[dict]], Mapping[str, Any]] | None = None
+
+    def metric_estimators(self, rows: Sequence[dict]) -> Mapping[str, Any]:
+        """``{metric: Estimator}`` for ``rows``: the declared ``estimators``, else headline row keys as means."""
+        if self.estimators is not None:
+            return self.estimators(rows)
+        from fieldeval.stats import Estimator
+
+        return {m.name: Estimator.mean([r.get(m.name) for r in rows], (m.low, m.high)) for m in self.metrics
+                if m.headline
+                and rows and all(isinstance(r.get(m.name), int | float | None) for r in rows)
+                and any(r.get(m.name) is not None for r in rows)}
 
     @property
     def headline(self) -> list[str]:

@@ -36,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fieldeval.service import register_cli as register_service_cli
     from fieldeval.store_cli import register_cli
 
+    from fieldeval.power import register_cli as register_power_cli
+
     register_cli(sub)
+    register_power_cli(sub)
     register_service_cli(sub)
     return parser
 

@@ -22,15 +22,42 @@ def by_nodeid(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
     return sorted(rows, key=lambda r: r["nodeid"])
 
 
+CLUSTER_KEYS = ("cluster", "cluster_stratum")
+
+
+def without_clusters(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Rows with the engine's cluster keys removed: item-level intervals (``--cluster-by none``)."""
+    return [{k: v for k, v in row.items() if k not in CLUSTER_KEYS} for row in rows]
+
+
+def case_key(row: Mapping[str, Any]) -> str:
+    """The case a row scored, the same across runs and models: its recorded ``case_key`` (the case's pytest
+    id), else the node id's parameters without the model.
+
+    Example:
+        >>> case_key({"nodeid": "evals/test_ebs.py::test_ebs[forest_biome-case017-ebs-baseline]", "model": "ebs-baseline"})
+        'forest_biome-case017'
+    """
+    if row.get("case_key"):
+        return str(row["case_key"])
+    nodeid = str(row.get("nodeid") or "")
+    params = nodeid.split("[", 1)[1].removesuffix("]") if "[" in nodeid else nodeid
+    model = str(row.get("model") or "")
+    return params.removesuffix(f"-{model}") if model and params != model else params
+
+
 def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[str, str], int], *,
-                      seed: int, resamples: int) -> dict[str, dict[str, dict]]:
-    """``{bench: {model: entry}}``: each benchmark's ``aggregate`` plus items, errors and totals.
+                      seed: int, resamples: int, cluster_by: str = "benchmark",
+                      planned: Mapping[tuple[str, str], int] | None = None) -> dict[str, dict[str, dict]]:
+    """``{bench: {model: entry}}``: each benchmark's ``aggregate`` plus planned, scored, errors and totals.
 
     Args:
         rows: the recorded rows by benchmark, in any order (each has ``model`` and ``nodeid``).
         errors: failed items by (benchmark, model); a model with errors only still gets an entry.
         seed: the bootstrap seed.
         resamples: the bootstrap resamples.
+        cluster_by: ``benchmark``: intervals resample the clusters the rows carry; ``none``: items.
+        planned: items planned by (benchmark, model); default: the scored and errored ones.
 
     Returns:
         The entries, benchmarks and models sorted by name.
@@ -47,12 +74,15 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
         out[name] = {}
         for model in sorted({*by_model, *(m for b, m in errors if b == name)}):
             model_rows = by_model.get(model, [])
-            entry = get_benchmark(name).aggregate(model_rows, seed=seed, resamples=resamples)
+            scored_rows = without_clusters(model_rows) if cluster_by == "none" else model_rows
+            entry = get_benchmark(name).aggregate(scored_rows, seed=seed, resamples=resamples)
             entry["items"] = len(model_rows) + errors.get((name, model), 0)
             entry["errors"] = errors.get((name, model), 0)
+            entry["scored"] = len(model_rows)
+            entry["planned"] = max((planned or {}).get((name, model), 0), entry["items"])
             entry["totals"] = model_totals(model_rows)
             out[name][model] = entry
     return out
 
 
-__all__ = ["benchmark_entries", "by_nodeid"]
+__all__ = ["CLUSTER_KEYS", "benchmark_entries", "by_nodeid", "case_key", "without_clusters"]

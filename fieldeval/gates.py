@@ -52,10 +52,30 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
                 value = entry[gate.metric]["ci95"][0]
             result = {"metric": name, "model": model, "gate_on": on, "value": value, "threshold": gate.threshold,
                       "passed": value is not None and value >= gate.threshold}
-            if value is None:
+            if value is None and (entry.get(gate.metric) or {}).get("value") is not None:
+                clusters = entry[gate.metric].get("n_clusters")
+                result["reason"] = (f"{name} for {model} has no ci95 lower bound: its items come from only "
+                                    f"{clusters} cluster(s); gate on the point value or add clusters")
+            elif value is None:
                 result["reason"] = f"{gate.bench} scored no items for {model} (every item errored or was left out)"
             results.append(result)
     return results
 
 
-__all__ = ["check_gate", "gate_results", "get_benchmark_for_gate"]
+def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
+    """A failed ``errors`` gate for a partial run (some planned items errored) unless ``max_errors`` allows it."""
+    if status != "partial":
+        return []
+    planned = sum(int(entry.get("planned") or 0) for models in out.values() for entry in models.values())
+    scored = sum(int(entry.get("scored") or 0) for models in out.values() for entry in models.values())
+    errors = planned - scored  # errored, and (in a merge) missing
+    if max_errors is not None and errors <= max_errors:
+        return []
+    allow = f"at most {max_errors} allowed by --max-errors" if max_errors is not None else \
+        f"pass --max-errors {errors} to let the gates judge it, or resume it with --resume"
+    return [{"metric": "errors", "model": "-", "gate_on": "count", "value": errors,
+             "threshold": max_errors or 0, "passed": False,
+             "reason": f"the run is partial: {errors} of {planned} planned items errored or missing ({allow})"}]
+
+
+__all__ = ["check_gate", "error_gates", "gate_results", "get_benchmark_for_gate"]

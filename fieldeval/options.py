@@ -77,12 +77,36 @@ class EngineOptions:
         help="keep a JSON file of items planned, done and errored up to date while the run goes"))
     summary_md: str | None = field(default=None, metadata=option(
         "--summary-md", metavar="PATH", help="write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)"))
+    cluster_by: str = field(default="benchmark", metadata=option(
+        "--cluster-by", choices=("benchmark", "none"),
+        help="ci95 resamples whole clusters as each benchmark declares them (default: benchmark), or items (none)"))
+    baseline_run: str | None = field(default=None, metadata=option(
+        "--baseline-run", metavar="RUN_ID",
+        help="fail the session when a headline metric is worse than this stored run's with 95%% confidence "
+             "(paired ci95 of this run - baseline entirely below -tolerance)"))
+    regression_tolerance: float = field(default=0.0, metadata=option(
+        "--regression-tolerance", metavar="D", type=float,
+        help="a drop the --baseline-run gate tolerates, in the metric's units (default: 0)"))
+    max_errors: int | None = field(default=None, metadata=option(
+        "--max-errors", metavar="N", type=int,
+        help="let gates pass a partial run with at most N errored items (default: a partial run fails its gates)"))
+    resume: str | None = field(default=None, metadata=option(
+        "--resume", metavar="RUN_ID",
+        help="run only this stored run's missing and errored items and complete the same run"))
 
     def __post_init__(self) -> None:
         for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
                                    ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
+        if self.max_errors is not None and self.max_errors < 0:
+            raise UsageError(f"--max-errors {self.max_errors}: must be at least 0")
+        if not self.regression_tolerance >= 0:
+            raise UsageError(f"--regression-tolerance {self.regression_tolerance:g}: must be 0 or more "
+                             "(a tolerated drop, in the metric's units)")
+        if self.resume and self.run_id and self.resume != self.run_id:
+            raise UsageError(f"--resume {self.resume} with --run-id {self.run_id}: a resumed run keeps its id; "
+                             "drop --run-id")
         if not self.call_timeout > 0:
             raise UsageError(f"--call-timeout {self.call_timeout:g}: must be a number of seconds above 0")
 

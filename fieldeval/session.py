@@ -25,9 +25,10 @@ from fieldeval.client import ModelClient, resolve_model
 from fieldeval.entries import benchmark_entries, by_nodeid
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.failures import failure_class
-from fieldeval.gates import check_gate, gate_results
+from fieldeval.gates import check_gate, error_gates, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
+from fieldeval.paired import regression_gates
 from fieldeval.progress import Progress
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
@@ -53,7 +54,8 @@ class EvalSession:
         self.gates = gates
         self.session_dir = session_dir
         self.worker = worker
-        self.run_id = options.run_id or "run_" + secrets.token_hex(4)
+        self.run_id = options.run_id or options.resume or "run_" + secrets.token_hex(4)
+        self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -118,11 +120,54 @@ class EvalSession:
             from fieldeval.store import check_store
 
             check_store(url, create=True)
+        for flag, value in (("--resume", self.options.resume), ("--baseline-run", self.options.baseline_run)):
+            if value and url is None:
+                raise UsageError(f"{flag} {value}: needs the run store that holds it; drop --store none")
+        if url is not None and self.selected and not self.config.option.collectonly:
+            self.check_stored_runs(url)
+            self.take_resumed_rows()
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
             if bench.warm is not None:
                 bench.warm(self.bench_options[name], self.models_for(name))
+
+    def check_stored_runs(self, url: str) -> None:
+        """``--baseline-run`` and ``--resume`` name stored runs (a usage error naming the store when not)."""
+        from fieldeval.store import declared_columns, open_store
+
+        for flag, run_id in (("--baseline-run", self.options.baseline_run), ("--resume", self.options.resume)):
+            if not run_id:
+                continue
+            with open_store(url, columns=declared_columns()) as store:
+                try:
+                    store.run_settings(run_id)
+                except UsageError as error:
+                    raise UsageError(f"{flag} {run_id}: {error}") from None
+
+    def resumed_rows(self) -> dict[str, list[dict]]:
+        """``--resume RUN_ID``: that stored run's scored rows by benchmark (empty without ``--resume``)."""
+        if self._resumed is None:
+            self._resumed = {}
+            url = self.store_url()
+            if self.options.resume and url is not None:
+                from fieldeval.store import declared_columns, open_store
+
+                with open_store(url, columns=declared_columns()) as store:
+                    self._resumed = {bench: rows for bench, rows in store.run_rows(self.options.resume).items()
+                                     if bench in self.selected}
+        return self._resumed
+
+    def resumed_items(self) -> set[tuple[str, str, str]]:
+        """(benchmark, model, case key) of every item the resumed run scored: these are not run again."""
+        from fieldeval.entries import case_key
+
+        return {(bench, str(row["model"]), case_key(row)) for bench, rows in self.resumed_rows().items() for row in rows}
+
+    def take_resumed_rows(self) -> None:
+        """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
+        for bench, rows in self.resumed_rows().items():
+            self.rows[bench].extend(rows)
 
     # --- the call engine: solvers in one bounded pool ----------------------------------------
 
@@ -184,7 +229,10 @@ class EvalSession:
 
     def plan(self, keys: list[tuple[str, str] | None]) -> None:
         """Planned items per (benchmark, model), from the collected items."""
-        self.progress.plan([k for k in keys if k is not None])
+        resumed = [(bench, str(row["model"])) for bench, rows in self.resumed_rows().items() for row in rows]
+        self.progress.plan([k for k in keys if k is not None] + resumed)
+        for key in resumed:  # scored in the run being resumed
+            self.progress.done[key] += 1
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
@@ -309,8 +357,10 @@ class EvalSession:
         if self._payload is not None:
             return self._payload
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
-        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples)
+        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples,
+                                cluster_by=self.options.cluster_by, planned=self.progress.planned)
         all_rows = [row for rows in self.rows.values() for row in rows]
+        gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -319,10 +369,42 @@ class EvalSession:
             "cache": {"mode": self.options.cache,
                       "hits": sum(1 for r in all_rows if r.get("cached")),
                       "misses": sum(1 for r in all_rows if not r.get("cached"))},
-            "gates": gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out})),
+            "gates": gates,
             "status": self.status,
         }
+        if self.options.cluster_by != "benchmark":
+            self._payload["cluster_by"] = self.options.cluster_by
+        if self.status != "running":  # judged once the session ends: errored items, then the baseline run
+            gates += error_gates(out, self.status, self.options.max_errors)
+            if self.options.baseline_run and out:
+                try:
+                    self._payload["baseline"] = self.baseline_comparison()
+                except UsageError as error:
+                    self._payload["baseline"] = {"run": self.options.baseline_run, "differences": [],
+                                                 "notes": [str(error)]}
+                gates += regression_gates(self._payload["baseline"]["differences"],
+                                          tolerance=self.options.regression_tolerance)
         return self._payload
+
+    def baseline_comparison(self) -> dict:
+        """``{"run", "differences", "notes"}``: this run against ``--baseline-run``, paired by case."""
+        from fieldeval.paired import differences
+        from fieldeval.store import declared_columns, open_store
+
+        url = self.store_url()
+        if url is None:
+            raise UsageError(f"--baseline-run {self.options.baseline_run}: needs a run store; drop --store none")
+        with open_store(url, columns=declared_columns()) as store:
+            base_rows = store.run_rows(self.options.baseline_run)
+        rows = {name: self.sorted_rows(name) for name in self.rows}
+        diffs, notes = differences(self.options.baseline_run, base_rows, self.run_id, rows, seed=self.options.seed,
+                                   resamples=self.options.resamples, cluster_by=self.options.cluster_by)
+        return {"run": self.options.baseline_run, "differences": diffs, "notes": notes}
+
+    def errors_allowed(self) -> bool:
+        """Whether ``--max-errors`` lets this run's errored items pass (so only the gates judge it)."""
+        allowed = self.options.max_errors
+        return allowed is not None and sum(self.errors.values()) <= allowed
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -358,11 +440,14 @@ class EvalSession:
         return None if url.lower() == "none" else url
 
     def run_status(self, exitstatus: int) -> str:
-        """``completed`` only when every planned item ran and pytest ended normally; else ``interrupted``."""
+        """``completed`` only when every planned item was scored and pytest ended normally; ``partial`` when
+        every planned item ran but some errored; else ``interrupted``."""
         planned = sum(self.progress.planned.values())
         done = sum(self.progress.done.values())
         normal = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        return "completed" if normal and done >= planned else "interrupted"
+        if not normal or done < planned:
+            return "interrupted"
+        return "partial" if sum(self.progress.errors.values()) or sum(self.errors.values()) else "completed"
 
     def save_run(self, exitstatus: int) -> None:
         """Store the finished session as an immutable run (controller only)."""
@@ -388,6 +473,8 @@ class EvalSession:
         }
         try:
             with open_store(url, columns=declared_columns()) as store:
+                if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
+                    store.delete_run(self.options.resume)
                 store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
         except UsageError as error:
             self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)

@@ -36,7 +36,8 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 
 def run_settings(session: EvalSession) -> dict[str, Any]:
-    """What makes the numbers: models, bootstrap, ontology, corpora, benchmark options, gates."""
+    """What makes the numbers: models, bootstrap and clustering, ontology, corpora, benchmark options, gates,
+    and every case of the suite (so a merge can tell when the shards' union lacks planned items)."""
     metas = {name: session.benchmark(name).run_meta(session.context(name)) for name in session.selected}
     return json.loads(json.dumps({
         "models": {name: session.models_for(name) for name in session.selected},
@@ -48,6 +49,9 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
         "benchmark_options": {name: dataclasses.asdict(session.bench_options[name]) for name in session.selected},
         "fail_under": list(session.options.fail_under),
         "gate_on": session.options.gate_on,
+        "cluster_by": session.options.cluster_by,
+        "cases": {name: [str(case.test_id) for case in session.benchmark(name).cases(session.context(name))]
+                  for name in session.selected},
     }, default=str))
 
 

@@ -141,6 +141,10 @@ def _runs_compare(args: argparse.Namespace) -> int:
 
     with _store(args) as store:
         payload = store.compare(args.run_ids, allow_partial=args.allow_partial)
+        paired = store.differences(args.run_ids[0], args.run_ids[1:], cluster_by=args.cluster_by)
+    payload["differences"] = paired["differences"]
+    for note in paired["notes"]:
+        print(f"fieldeval: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(payload, indent=2))
         return 0
@@ -157,7 +161,20 @@ def _runs_compare(args: argparse.Namespace) -> int:
             rows.update(((bench, metric), None) for metric in metrics)
     for bench, metric in rows:
         table.add_row(escape(bench), escape(metric), *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    if payload["differences"]:
+        from fieldeval.summary import format_difference
+
+        diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base, ci95; "
+                                        "* the interval excludes 0)"), title_justify="left")
+        for column in ["benchmark", "metric", "model", "run", "difference (ci95)", "items", "clusters"]:
+            diff_table.add_column(column, justify="right" if column in ("items", "clusters") else "left",
+                                  no_wrap=column == "difference (ci95)")
+        for d in payload["differences"]:
+            diff_table.add_row(escape(d["benchmark"]), escape(d["metric"]), escape(d["model"]), escape(d["run"]),
+                               format_difference(d), str(d["n_items"]), str(d["n_clusters"]))
+        console.print(diff_table)
     return 0
 
 
@@ -171,7 +188,8 @@ def _runs_merge(args: argparse.Namespace) -> int:
 
     tool = tool_settings(Path.cwd())
     with _store(args) as store:
-        merged = merge_group(store, args.group, tool)
+        merged = merge_group(store, args.group, tool, allow_partial=args.allow_partial, max_errors=args.max_errors,
+                             baseline_run=args.baseline_run, tolerance=args.regression_tolerance)
         run = store.get_run(merged.run_id) if args.json else None
     summary_md = args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_md:
@@ -183,7 +201,15 @@ def _runs_merge(args: argparse.Namespace) -> int:
         print(f"merged {len(merged.shards)} shards of run group {args.group} into {merged.run_id}")
         print(render_summary(merged.payload), end="")
     for gate in merged.payload["gates"]:
-        if not gate["passed"]:
+        if gate["passed"]:
+            continue
+        if gate["gate_on"] == "baseline":
+            from fieldeval.paired import regression_line
+
+            print(regression_line(gate), file=sys.stderr)
+        elif gate.get("reason"):
+            print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}", file=sys.stderr)
+        else:
             print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value {gate['value']} "
                   f"is below the threshold {gate['threshold']}", file=sys.stderr)
     return 0 if merged.gates_passed else 1
@@ -262,11 +288,16 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_show.add_argument("run_id", metavar="RUN")
     r_show.add_argument("--json", action="store_true", help="print the stored record as JSON")
     r_show.set_defaults(func=_runs_show)
-    r_compare = runs_sub.add_parser("compare", help="headline metrics of several runs side by side")
+    r_compare = runs_sub.add_parser(
+        "compare", help="headline metrics of several runs side by side, and each run's paired differences "
+                        "against the first (run - first, ci95)")
     r_compare.add_argument("run_ids", metavar="RUN", nargs="+")
     r_compare.add_argument("--json", action="store_true", help="print the compare payload as JSON")
     r_compare.add_argument("--allow-partial", action="store_true", dest="allow_partial",
                            help="also compare runs that did not complete every planned item (marked with their status)")
+    r_compare.add_argument("--cluster-by", choices=("benchmark", "none"), default=None, dest="cluster_by",
+                           help="paired intervals resample whole clusters (benchmark) or items (none); "
+                                "default: as the first run was stored")
     r_compare.set_defaults(func=_runs_compare)
     r_merge = runs_sub.add_parser(
         "merge", help="store the shards of a sharded run (--run-group NAME) as one run; exit 1 when a gate fails")
@@ -274,6 +305,15 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_merge.add_argument("--json", action="store_true", help="print the merged run's stored record as JSON")
     r_merge.add_argument("--summary-md", metavar="PATH",
                          help="append a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set)")
+    r_merge.add_argument("--allow-partial", action="store_true", dest="allow_partial",
+                         help="merge even when shards are partial or their union lacks planned items "
+                              "(the merged run is then partial)")
+    r_merge.add_argument("--max-errors", type=int, metavar="N", default=None, dest="max_errors",
+                         help="let the gates judge a partial merge with at most N errored or missing items")
+    r_merge.add_argument("--baseline-run", metavar="RUN_ID", dest="baseline_run",
+                         help="exit 1 when a headline metric is worse than this stored run's with 95%% confidence")
+    r_merge.add_argument("--regression-tolerance", type=float, metavar="D", default=0.0, dest="regression_tolerance",
+                         help="a drop the --baseline-run gate tolerates, in the metric's units (default: 0)")
     r_merge.set_defaults(func=_runs_merge)
     r_delete = runs_sub.add_parser("delete", help="hard-delete a run and its responses")
     r_delete.add_argument("run_id", metavar="RUN")

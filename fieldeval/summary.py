@@ -10,6 +10,7 @@ import html
 import io
 
 from fieldeval.benchmark import benchmarks
+from fieldeval.stats import FEW_CLUSTERS, few_clusters
 
 
 def markdown_cell(value: object) -> str:
@@ -28,7 +29,42 @@ def format_metric(entry: dict | None) -> str:
     if not entry or entry.get("value") is None:
         return "-"
     lo, hi = entry["ci95"]
+    if lo is None or hi is None:
+        return f"{entry['value']:.3f} (-)"
     return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
+
+
+def format_difference(diff: dict) -> str:
+    """``+0.042 (-0.010 to +0.090)`` for a paired difference, ``*`` when the interval excludes 0."""
+    from fieldeval.paired import excludes_zero
+
+    if diff.get("value") is None:
+        return "-"
+    lo, hi = diff["ci95"]
+    if lo is None or hi is None:
+        return f"{diff['value']:+.3f} (-)"
+    return f"{diff['value']:+.3f} ({lo:+.3f} to {hi:+.3f})" + (" *" if excludes_zero(diff) else "")
+
+
+def few_cluster_notes(name: str, models: dict) -> list[str]:
+    """One line per model whose headline intervals rest on fewer than 10 clusters."""
+    lines = []
+    for model, entry in models.items():
+        thin = [(entry[m]["n"], entry[m]["n_clusters"]) for m in benchmarks()[name].headline
+                if few_clusters(entry.get(m))]
+        if thin:
+            items, clusters = max(thin)  # the metric over the most items
+            lines.append(f"{name} {model}: {items} items in only {clusters} clusters (under {FEW_CLUSTERS}): "
+                         "the intervals are wide and approximate")
+    return lines
+
+
+def difference_lines(payload: dict) -> list[str]:
+    """``this run - baseline`` per headline metric, one line each, then the pairing notes."""
+    baseline = payload.get("baseline") or {}
+    lines = [f"{d['benchmark']}.{d['metric']} {d['model']}: {format_difference(d)} vs baseline {baseline['run']} "
+             f"({d['n_items']} items, {d['n_clusters']} clusters)" for d in baseline.get("differences", [])]
+    return lines + list(baseline.get("notes", []))
 
 
 def render_summary(payload: dict, *, width: int = 200) -> str:
@@ -54,14 +90,21 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
         for metric in bench.headline:
             table.add_row(metric, *(format_metric(entry.get(metric)) for entry in models.values()))
         console.print(table)
-        for line in bench.summary_notes(models):
+        for line in bench.summary_notes(models) + few_cluster_notes(name, models):
             console.print(escape(line))
+    if payload.get("baseline"):
+        console.print(escape(f"paired differences, this run - baseline run {payload['baseline']['run']} "
+                             "(ci95; * excludes 0):"))
+        for line in difference_lines(payload):
+            console.print(escape(f"  {line}"))
     return buffer.getvalue()
 
 
 def render_markdown(payload: dict) -> str:
     """The run's headline metrics and gates as GitHub-flavoured Markdown."""
     lines = [f"## fieldeval run {markdown_cell(payload['run_id'])}", ""]
+    if payload.get("status") == "partial":
+        lines += ["**partial run**: some planned items errored; its metrics cover only the scored items.", ""]
     if payload.get("ontology_version"):
         lines += [f"Ontology: {markdown_cell(payload['ontology_version'])}", ""]
     for name, models in payload["benchmarks"].items():
@@ -72,10 +115,22 @@ def render_markdown(payload: dict) -> str:
             cells = [format_metric(entry.get(metric)) for metric in headline]
             lines.append(f"| {markdown_cell(model)} | {entry['items']} | {entry['errors']} | " + " | ".join(cells) + " |")
         lines.append("")
+        notes = few_cluster_notes(name, models)
+        if notes:
+            lines += [f"> {markdown_cell(note)}" for note in notes] + [""]
+    if payload.get("baseline"):
+        baseline = payload["baseline"]
+        lines += [f"### Against baseline run {markdown_cell(baseline['run'])}", "",
+                  "| metric | model | this run - baseline (ci95) | items | clusters |", "|---|---|---:|---:|---:|"]
+        for d in baseline["differences"]:
+            lines.append(f"| {d['benchmark']}.{d['metric']} | {markdown_cell(d['model'])} | {format_difference(d)} | "
+                         f"{d['n_items']} | {d['n_clusters']} |")
+        lines += [""] + [markdown_cell(note) for note in baseline.get("notes", [])] + [""]
     if payload.get("gates"):
         lines += ["### Gates", "", "| gate | model | value | threshold | result |", "|---|---|---:|---:|---|"]
         for gate in payload["gates"]:
-            value = "-" if gate["value"] is None else f"{gate['value']:.3f}"
+            value = "-" if gate["value"] is None else (
+                format_difference(gate) if gate.get("ci95") else f"{gate['value']:.3f}")
             lines.append(f"| {gate['metric']} ({gate['gate_on']}) | {markdown_cell(gate['model'])} | {value} | "
                          f"{gate['threshold']} | {'pass' if gate['passed'] else '**FAIL**'} |")
         lines.append("")

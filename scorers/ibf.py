@@ -151,6 +151,20 @@ def mds_batch(samples: np.ndarray) -> np.ndarray:
         return np.where(present, means, 0.0).sum(axis=1) / present.sum(axis=1)
 
 
+def mds_weights(matrix: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """MDS of an (items, 5) score matrix (NaN: unscored) under each row of item ``weights`` (``(k, items)``).
+
+    Equals :func:`mds_batch` of the drawn sample: weights count how often each item is drawn.
+    """
+    scored = ~np.isnan(matrix)
+    counts = weights @ scored
+    sums = weights @ np.where(scored, matrix, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = sums / counts
+        present = ~np.isnan(means)
+        return np.where(present, means, 0.0).sum(axis=1) / present.sum(axis=1)
+
+
 def passes_threshold(scores: Sequence[int | None], *, threshold: int = PASS_THRESHOLD) -> bool | None:
     """Whether all five scores reach ``threshold``; None when any is unscored.
 

@@ -242,6 +242,50 @@ def macro_f1_batch(codes: np.ndarray, *, n_classes: int = len(RELATION_CLASSES))
     return (f1 * present).sum(axis=1) / present.sum(axis=1)
 
 
+def weighted_class_scores(codes: np.ndarray, weights: np.ndarray,
+                           n_classes: int = len(RELATION_CLASSES)) -> tuple[np.ndarray, ...]:
+    """Per-class support, precision, recall and F1 under each row of item ``weights`` (``(k, n)``).
+
+    ``codes`` is one ``(n, 2)`` array of (gold, prediction) codes; a weight is how often an item is
+    drawn in a resample, so weights of ones give the run's own scores (see :func:`weighted_f1_batch`).
+    """
+    eye = np.eye(n_classes + 1)
+    gold, pred = eye[codes[:, 0]][:, :n_classes], eye[codes[:, 1]][:, :n_classes]
+    hit = gold * (codes[:, 0] == codes[:, 1])[:, None]
+    support, predicted, tp = weights @ gold, weights @ pred, weights @ hit
+    precision = _ratio(tp, predicted)
+    recall = _ratio(tp, support)
+    return support, precision, recall, _ratio(2 * precision * recall, precision + recall)
+
+
+def weighted_f1_weights(codes: np.ndarray, weights: np.ndarray, *, n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
+    """Weighted F1 under each row of item weights; equals :func:`weighted_f1_batch` of the drawn sample."""
+    support, _, _, f1 = weighted_class_scores(codes, weights, n_classes)
+    return _weighted(f1, support)
+
+
+def weighted_precision_weights(codes: np.ndarray, weights: np.ndarray, *,
+                               n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
+    """Weighted precision under each row of item weights."""
+    support, precision, _, _ = weighted_class_scores(codes, weights, n_classes)
+    return _weighted(precision, support)
+
+
+def weighted_recall_weights(codes: np.ndarray, weights: np.ndarray, *,
+                            n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
+    """Weighted recall under each row of item weights."""
+    support, _, recall, _ = weighted_class_scores(codes, weights, n_classes)
+    return _weighted(recall, support)
+
+
+def macro_f1_weights(codes: np.ndarray, weights: np.ndarray, *, n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
+    """Mean F1 over the classes with gold support, under each row of item weights."""
+    support, _, _, f1 = weighted_class_scores(codes, weights, n_classes)
+    present = support > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (f1 * present).sum(axis=1) / present.sum(axis=1)
+
+
 def weighted_f1(
     golds: Sequence[str],
     preds: Sequence[str | None],

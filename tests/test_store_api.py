@@ -98,7 +98,9 @@ def test_save_run_then_get_run_returns_metrics_times_and_counts(store):
     assert (run["status"], run["total_items"], run["responses"]) == ("completed", 3, 3)
     assert (run["created_at"], run["completed_at"]) == ("2026-05-29T08:14:03Z", "2026-05-29T08:27:11Z")
     assert run["corpus_versions"] == {"ibf": "ibf-v2.1"}
-    assert run["metrics"]["ibf"]["phi-3-mini-4k"]["impact_reasoning"] == {"value": 2.47, "ci95": [2.37, 2.57], "n": 3}
+    # n_clusters comes from the saved payload: None for a payload (as this seed's) without it
+    assert run["metrics"]["ibf"]["phi-3-mini-4k"]["impact_reasoning"] == {"value": 2.47, "ci95": [2.37, 2.57], "n": 3,
+                                                                          "n_clusters": None}
     # the seed's evaluations columns are filled for a one-model IBF run
     assert (run["mean_dimension_score"], run["threshold_pass_rate"], run["hazard_recognition"]) == (2.60, 0.54, 3.12)
     assert run["totals"]["phi-3-mini-4k"] == {"items": 3, "cached": 1, "prompt_tokens": 300, "completion_tokens": 60,

@@ -27,13 +27,14 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
     return build(store_url, evals_dir=evals_dir, token=token, work_dir=work_dir)
 
 
-def render_report(store_url: str | None, run_ids: list[str]) -> str:
-    """The dashboard of ``run_ids`` as one HTML document with Plotly and the data inlined."""
+def render_report(store_url: str | None, run_ids: list[str], *, base: str | None = None) -> str:
+    """The dashboard of ``run_ids`` as one HTML document with Plotly and the data inlined; with ``base``,
+    each other run's paired differences against it."""
     from fieldeval.service.dashboard import render
     from fieldeval.store import declared_columns, open_store
 
     with open_store(store_url, columns=declared_columns()) as store:
-        return render(store, run_ids=run_ids)
+        return render(store, run_ids=run_ids, base=base)
 
 
 def is_loopback(host: str) -> bool:
@@ -68,7 +69,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    html = render_report(args.store, args.run_ids)
+    if args.base and args.base not in args.run_ids:
+        raise UsageError(f"--base {args.base}: not one of the runs to report ({', '.join(args.run_ids)}); "
+                         "pass one of them")
+    base = args.base or (args.run_ids[0] if len(args.run_ids) > 1 else None)
+    html = render_report(args.store, args.run_ids, base=base)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
@@ -99,4 +104,6 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     report.add_argument("run_ids", metavar="RUN", nargs="+")
     report.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     report.add_argument("--store", metavar="URL", default=None, help=store_help)
+    report.add_argument("--base", metavar="RUN", default=None,
+                        help="show the other runs' paired differences against this run (default: the first run)")
     report.set_defaults(func=_report)

@@ -233,7 +233,10 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 
     @app.get("/api/evaluations/compare")
     def compare(run_ids: str = Query(min_length=1, description="comma-separated run ids"),
-                allow_partial: bool = False) -> dict[str, Any]:
+                allow_partial: bool = False,
+                base: str | None = Query(default=None, max_length=200,
+                                         description="add each run's paired differences against this one")
+                ) -> dict[str, Any]:
         """The seed's side-by-side payload of stored runs; a run that is not completed is refused (409)
         unless ``allow_partial=true``, and then marked with its ``status``."""
         ids = [part.strip() for part in run_ids.split(",") if part.strip()]
@@ -241,7 +244,12 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         for run_id in ids:
             if run_id not in stored:
                 raise views.NotFound(f"run {run_id!r}: not a stored run; only completed runs can be compared")
-        return store.compare(ids, allow_partial=allow_partial)
+        payload = store.compare(ids, allow_partial=allow_partial)
+        if base:
+            if base not in ids:
+                return _error(422, f"base {base!r}: not one of run_ids; pass one of them")
+            payload["differences"] = store.differences(base, ids)["differences"]
+        return payload
 
     @app.get("/api/evaluations/{run_id}")
     def get_evaluation(run_id: str) -> dict[str, Any]:
@@ -262,8 +270,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         return {"run_id": run_id, "deleted": True, "responses_deleted": responses}
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def dashboard_page() -> HTMLResponse:
-        return HTMLResponse(dashboard.render(store, jobs, live=True))
+    def dashboard_page(base: str | None = Query(default=None, max_length=200,
+                                                description="show paired differences against this run")) -> HTMLResponse:
+        return HTMLResponse(dashboard.render(store, jobs, live=True, base=base))
 
     @app.get("/assets/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:

@@ -70,8 +70,42 @@ def _details(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False) -> dict[str, Any]:
-    """What the template shows: the runs list and the details of every stored run in it."""
+def differences(store, base: str | None, run_ids: list[str]) -> dict[str, Any] | None:
+    """Each run's paired differences against ``base`` (run - base, ci95), or None without a base."""
+    if not base:
+        return None
+    from fieldeval.paired import excludes_zero
+    from fieldeval.stats import FEW_CLUSTERS
+
+    try:
+        found = store.differences(base, [r for r in run_ids if r != base])
+    except UsageError as error:  # an unknown base run: said on the page, not a server error
+        return {"base": base, "rows": [], "notes": [str(error)]}
+    rows = [{**d, "excludes_zero": excludes_zero(d), "few_clusters": (d["n_clusters"] or 0) < FEW_CLUSTERS}
+            for d in found["differences"]]
+    return {"base": base, "rows": rows, "notes": found["notes"]}
+
+
+def few_cluster_notes(run: dict[str, Any]) -> list[str]:
+    """One line per benchmark and model of a stored run whose headline intervals rest on under 10 clusters."""
+    from fieldeval.stats import FEW_CLUSTERS, few_clusters
+
+    lines = []
+    for bench, by_model in run["metrics"].items():
+        for model, metrics in by_model.items():
+            thin = [(metrics[m]["n"], metrics[m]["n_clusters"]) for m in run["headline"].get(bench, [])
+                    if few_clusters(metrics.get(m))]
+            if thin:
+                items, clusters = max(thin)
+                lines.append(f"{run['run_id']} {bench} {model}: {items} items in only {clusters} clusters "
+                             f"(under {FEW_CLUSTERS}): the intervals are wide and approximate")
+    return lines
+
+
+def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False,
+            base: str | None = None) -> dict[str, Any]:
+    """What the template shows: the runs list, the details of every stored run in it, and the paired
+    differences of the stored runs against ``base``."""
     if jobs is not None:
         runs = run_list(store, jobs)
     else:
@@ -86,24 +120,30 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
             raise UsageError(f"run {missing[0]!r}: not in the store {store.url}; run `fieldeval runs list` for the ids")
         runs = [by_id[run_id] for run_id in dict.fromkeys(run_ids)]
     details: dict[str, list[dict[str, Any]]] = {"ibf": [], "ebs": [], "microbiorel": []}
+    cluster_notes: list[str] = []
     stored = {summary.run_id for summary in store.list_runs()}
     for run in runs:
         version = run["corpus_version"]
         run["corpus_text"] = version if isinstance(version, str) else "; ".join(f"{b}={v}" for b, v in (version or {}).items())
         run["corpus_list"] = [version] if isinstance(version, str) else list((version or {}).values())
         if run["run_id"] in stored:
-            for bench, entries in _details(store.get_run(run["run_id"])).items():
+            full = store.get_run(run["run_id"])
+            for bench, entries in _details(full).items():
                 details[bench].extend(entries)
+            cluster_notes += few_cluster_notes(full)
     data = {"live": live, "dimensions": IBF_DIMENSIONS, "relationships": RELATIONSHIPS, **details,
             "runs": [{"run_id": r["run_id"], "status": r["status"]} for r in runs]}
-    return {"runs": runs, "details": details, "data": script_json(data), "live": live,
+    paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in stored and
+                                       r["status"] in ("completed", "partial")])
+    return {"runs": runs, "details": details, "data": script_json(data), "live": live, "differences": paired,
+            "cluster_notes": cluster_notes,
             "dimensions": IBF_DIMENSIONS, "aggregates": IBF_AGGREGATES, "relationships": RELATIONSHIPS,
             "benchmarks": sorted({b for r in runs for b in r["benchmarks"]}),
             "models": sorted({m for r in runs for m in r["models"]}),
             "corpus_versions": sorted({v for r in runs for v in r["corpus_list"] if v})}
 
 
-def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False) -> str:
+def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False, base: str | None = None) -> str:
     """The dashboard HTML; ``live`` pages load Plotly from the service and poll it, others inline everything.
 
     Args:
@@ -111,6 +151,7 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
         jobs: the service's job table (None: stored runs only).
         run_ids: only these runs, in this order (None: every run).
         live: served by ``fieldeval serve``.
+        base: show each run's paired differences against this stored run.
 
     Returns:
         One HTML document.
@@ -125,5 +166,5 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
     env.filters["num"] = lambda value, digits=3: "-" if value is None else f"{value:.{digits}f}"
     script = (files("fieldeval.service") / "templates" / "dashboard.js").read_text(encoding="utf-8")
     plotly = None if live else Markup(plotly_path().read_text(encoding="utf-8").replace("</script", "<\\/script"))
-    return env.get_template("dashboard.html").render(**context(store, jobs, run_ids=run_ids, live=live),
+    return env.get_template("dashboard.html").render(**context(store, jobs, run_ids=run_ids, live=live, base=base),
                                                      script=Markup(script), plotly=plotly)

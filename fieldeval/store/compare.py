@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from fieldeval.store.runs import legacy_versions, require_runs
 from fieldeval.store.schema import Tables
 
@@ -48,6 +49,56 @@ class Compare:
     tables: Tables
     url: str
     columns: Mapping[str, StoreColumns]
+
+    def run_rows(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        """A stored run's recorded rows by benchmark, as the session recorded them (``metrics`` + ``row_extra``)."""
+        t = self.tables
+        with self.engine.connect() as conn:
+            require_runs(conn, t, [run_id], self.url)
+            query = (sa.select(t.evaluation_responses.c.benchmark, t.evaluation_responses.c.model,
+                               t.evaluation_responses.c.corpus_item_id, t.evaluation_responses.c.metrics,
+                               t.evaluation_responses.c.row_extra)
+                     .where(t.evaluation_responses.c.run_id == run_id).order_by(t.evaluation_responses.c.response_id))
+            found = conn.execute(query).all()
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for bench, model, item, metrics, extra in found:
+            row = {"model": model, "nodeid": item, **(metrics or {}), **(extra or {})}
+            rows.setdefault(bench, []).append(row)
+        return rows
+
+    def run_settings(self, run_id: str) -> dict[str, Any]:
+        """The settings a run was stored with (seed, resamples, cluster_by, ...), ``{}`` for older runs."""
+        t = self.tables.evaluations
+        with self.engine.connect() as conn:
+            require_runs(conn, self.tables, [run_id], self.url)
+            return dict(conn.execute(sa.select(t.c.settings).where(t.c.run_id == run_id)).scalar_one() or {})
+
+    def differences(self, base_run: str, run_ids: Sequence[str], *, cluster_by: str | None = None,
+                    seed: int | None = None, resamples: int | None = None) -> dict[str, list]:
+        """Each run's paired differences against ``base_run`` (see :func:`fieldeval.paired.differences`).
+
+        The seed, resamples and clustering default to the base run's settings.
+
+        Returns:
+            ``{"differences": [...], "notes": [one line per pairing that shares no or only some items]}``.
+        """
+        from fieldeval.paired import differences
+
+        settings = self.run_settings(base_run)
+        base_rows = self.run_rows(base_run)
+        out: list[dict[str, Any]] = []
+        notes: list[str] = []
+        for run_id in run_ids:
+            if run_id == base_run:
+                continue
+            diffs, lines = differences(
+                base_run, base_rows, run_id, self.run_rows(run_id),
+                seed=seed if seed is not None else int(settings.get("seed") or DEFAULT_SEED),
+                resamples=resamples if resamples is not None else int(settings.get("resamples") or DEFAULT_RESAMPLES),
+                cluster_by=cluster_by or settings.get("cluster_by") or "benchmark")
+            out += diffs
+            notes += lines
+        return {"differences": out, "notes": notes}
 
     def compare(self, run_ids: Sequence[str], *, allow_partial: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The side-by-side payload of the seed's ``GET /api/evaluations/compare``, for every benchmark.

@@ -3,7 +3,8 @@
 Each shard is a stored run with ``run_group``, ``shard_index`` (1-based) and
 ``shard_count`` set, and the fingerprint of its settings. A merge refuses
 unless the group's shards are exactly 1..N, all ``completed``, share their
-settings and hold disjoint items; then it re-aggregates the union of their
+settings, hold disjoint items and together hold every planned item of the
+suite (``--allow-partial`` merges the rest as a ``partial`` run); then it re-aggregates the union of their
 stored rows with the same seeded bootstrap (:func:`fieldeval.entries.benchmark_entries`)
 and stores the result as one run with ``shard_index`` NULL.
 """
@@ -82,7 +83,8 @@ def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return f"{key} {a.get(key)!r} != {b.get(key)!r}"
 
 
-def check_shards(name: str, shards: Sequence[Shard], merged: Sequence[str], url: str) -> int:
+def check_shards(name: str, shards: Sequence[Shard], merged: Sequence[str], url: str, *,
+                 allow_partial: bool = False) -> int:
     """The shard count; a usage error when the group is empty, merged, incomplete, duplicated or mixed."""
     if merged:
         raise UsageError(f"run group {name!r}: already merged as {merged[0]}; see `fieldeval runs show {merged[0]}`, "
@@ -105,9 +107,11 @@ def check_shards(name: str, shards: Sequence[Shard], merged: Sequence[str], url:
         raise UsageError(f"run group {name!r}: shard(s) {', '.join(map(str, missing))} of {count} missing; run "
                          f"`pytest evals --splits {count} --group K --run-group {name}` for each")
     for shard in shards:
-        if shard.status != "completed":
+        if shard.status != "completed" and not (allow_partial and shard.status == "partial"):
+            hint = (", or pass --allow-partial to merge it as a partial run" if shard.status == "partial" else "")
             raise UsageError(f"run group {name!r}: shard {shard.index} ({shard.run_id}) is {shard.status}, not "
-                             "completed; delete it and run that shard again")
+                             f"completed; resume it with `pytest evals --resume {shard.run_id}` or delete it and run "
+                             f"that shard again{hint}")
     first = shards[0]
     for shard in shards[1:]:
         if shard.settings_hash != first.settings_hash:
@@ -148,12 +152,42 @@ def _errors(shards: Sequence[Shard]) -> Counter[tuple[str, str]]:
     return errors
 
 
+def planned_items(settings: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
+    """The suite's planned case keys by (benchmark, model), from the shards' settings (empty for older shards)."""
+    cases = settings.get("cases") or {}
+    models = settings.get("models") or {}
+    return {(bench, model): list(keys) for bench, keys in cases.items() for model in models.get(bench, [])}
+
+
+def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mapping[str, Sequence[dict]],
+                  errored: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+    """``bench model case`` of each planned item that no shard scored nor errored on, in suite order."""
+    from fieldeval.entries import case_key
+
+    seen = {(bench, str(row.get("model")), case_key(row)) for bench, bench_rows in rows.items() for row in bench_rows}
+    seen |= set(errored)
+    return [f"{bench} {model} {key}" for (bench, model), keys in planned.items() for key in keys
+            if (bench, model, key) not in seen]
+
+
+def _errored_items(store: Store, shards: Sequence[Shard]) -> list[tuple[str, str, str]]:
+    """(benchmark, model, case key) of the shards' errored items."""
+    from fieldeval.entries import case_key
+
+    t = store.tables.evaluation_errors
+    with store.engine.connect() as conn:
+        found = conn.execute(sa.select(t.c.benchmark, t.c.model, t.c.item_id)
+                             .where(t.c.run_id.in_([s.run_id for s in shards]))).all()
+    return [(bench, model, case_key({"nodeid": item, "model": model})) for bench, model, item in found]
+
+
 def _shared(values: Sequence[Any]) -> Any:
     """The value every shard has, else None."""
     return values[0] if values and all(v == values[0] for v in values) else None
 
 
-def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
+def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_partial: bool = False,
+                max_errors: int | None = None, baseline_run: str | None = None, tolerance: float = 0.0) -> MergedRun:
     """Check the group's shards, re-aggregate their union, gate it and store it as one run.
 
     Args:
@@ -161,13 +195,18 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
         name: the ``--run-group`` the shards ran with.
         tool: the project's ``[tool.fieldeval]`` table: its thresholds gate the merged run, with the
             shards' ``--fail-under`` and ``--gate-on``, as they gate a pytest session.
+        allow_partial: merge partial shards, and a union that lacks planned items, as a ``partial`` run.
+        max_errors: let the gates judge a partial merge with at most this many unscored planned items.
+        baseline_run: gate the merged run against this stored run (paired differences), as
+            ``pytest --baseline-run`` does.
+        tolerance: the drop the baseline gate tolerates.
 
     Returns:
         The merged run: stored with ``run_group`` ``name``, ``shard_count`` N and ``shard_index`` NULL.
 
     Raises:
         UsageError: no shards, already merged, a shard missing, stored twice, not completed, with other
-            settings, or an item in two shards.
+            settings, an item in two shards, or (without ``allow_partial``) planned items missing from the union.
 
     Example:
         >>> merge_group(store, "9876543210", tool_settings(Path.cwd())).run_id  # doctest: +SKIP
@@ -178,15 +217,30 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
     from fieldeval.session import check_gate
     from fieldeval.settings import load_thresholds
 
+    from fieldeval.gates import error_gates
+    from fieldeval.paired import differences, regression_gates
+
     shards, merged = _group_runs(store, name)
-    count = check_shards(name, shards, merged, store.url)
+    count = check_shards(name, shards, merged, store.url, allow_partial=allow_partial)
     settings = shards[0].settings
     gates = load_thresholds(dict(tool), settings.get("fail_under", []))
     for gate in gates:
         check_gate(gate)
+    if baseline_run:
+        store.run_settings(baseline_run)  # a usage error naming the store when it is not stored
     rows = shard_rows(store, name, shards)
     errors = _errors(shards)
-    entries = benchmark_entries(rows, errors, seed=settings["seed"], resamples=settings["resamples"])
+    planned = planned_items(settings)
+    missing = missing_items(planned, rows, _errored_items(store, shards))
+    if missing and not allow_partial:
+        raise UsageError(f"run group {name!r}: the shards' union lacks {len(missing)} of "
+                         f"{sum(len(v) for v in planned.values())} planned items (first: {', '.join(missing[:3])}); "
+                         "run them (e.g. `pytest evals --resume RUN` on the shard that left them out), "
+                         "or pass --allow-partial")
+    partial = bool(missing) or any(s.status == "partial" for s in shards)
+    cluster_by = settings.get("cluster_by") or "benchmark"
+    entries = benchmark_entries(rows, errors, seed=settings["seed"], resamples=settings["resamples"],
+                                cluster_by=cluster_by, planned={k: len(v) for k, v in planned.items()})
     all_rows = [row for bench_rows in rows.values() for row in bench_rows]
     payload = {
         "run_id": "run_" + secrets.token_hex(4),
@@ -198,13 +252,23 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
         "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries)),
         "run_group": {"name": name, "shards": [s.run_id for s in shards]},
+        "status": "partial" if partial else "completed",
     }
+    payload["gates"] += error_gates(entries, payload["status"], max_errors)
+    if baseline_run:
+        diffs, notes = differences(baseline_run, store.run_rows(baseline_run), payload["run_id"], rows,
+                                   seed=settings["seed"], resamples=settings["resamples"], cluster_by=cluster_by)
+        payload["baseline"] = {"run": baseline_run, "differences": diffs, "notes": notes}
+        payload["gates"] += regression_gates(diffs, tolerance=tolerance)
     meta = {
         "label": _shared([s.label for s in shards]) or f"merge of run group {name}",
         "corpus_version": {b: v for b, v in (settings.get("corpus_versions") or {}).items() if v},
         "content_hash": {b: v for b, v in (settings.get("content_hashes") or {}).items() if v},
         "git_commit": _shared([s.git_commit for s in shards]),
-        "status": "completed", "completed_at": utcnow(),
+        "status": payload["status"], "completed_at": utcnow(),
+        "items_planned": sum(e["planned"] for models in entries.values() for e in models.values()),
+        "items_done": sum(e["items"] for models in entries.values() for e in models.values()),
+        "items_errored": sum(e["errors"] for models in entries.values() for e in models.values()),
         "run_group": name, "shard_index": None, "shard_count": count,
         "settings": settings, "settings_hash": shards[0].settings_hash,
     }
@@ -212,4 +276,4 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any]) -> MergedRun:
     return MergedRun(payload["run_id"], payload, tuple(s.run_id for s in shards))
 
 
-__all__ = ["MergedRun", "Shard", "check_shards", "merge_group", "shard_rows"]
+__all__ = ["MergedRun", "Shard", "check_shards", "merge_group", "missing_items", "planned_items", "shard_rows"]

@@ -13,7 +13,8 @@ from fieldeval.store.schema import utcnow
 
 # row keys with a column of their own in evaluation_responses (or none at all): not copied into ``metrics``
 ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
-               "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at"}
+               "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at",
+               "case_key", "cluster", "cluster_stratum"}
 _UNDECLARED = StoreColumns()
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
-from fieldeval.store.payload import flatten_run
+from fieldeval.store.payload import flatten_run, metric_entries
 from fieldeval.store.schema import Tables, iso
 
 
@@ -237,7 +237,12 @@ class RunStore:
         metrics: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         for m in metric_rows:
             metrics.setdefault(m.benchmark, {}).setdefault(m.model, {})[m.metric] = {
-                "value": m.value, "ci95": [m.ci_lo, m.ci_hi], "n": m.n}
+                "value": m.value, "ci95": [m.ci_lo, m.ci_hi], "n": m.n, "n_clusters": None}
+        for bench, entries in ((run.get("payload") or {}).get("benchmarks") or {}).items():
+            for model, entry in entries.items():
+                for name, value in metric_entries(entry):  # n_clusters lives in the saved payload
+                    if name in metrics.get(bench, {}).get(model, {}):
+                        metrics[bench][model][name]["n_clusters"] = value.get("n_clusters")
         run["metrics"] = metrics
         return run
 

@@ -14,7 +14,7 @@ from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
 from fieldeval.benchmarks.ebs.cli import register_cli
 from fieldeval.benchmarks.ebs.enums import load_enums
 from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
-from fieldeval.benchmarks.ebs.tables import aggregate, write_outputs
+from fieldeval.benchmarks.ebs.tables import aggregate, estimators, write_outputs
 from scorers.ebs import OntologyIndex
 
 __all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
@@ -53,6 +53,11 @@ def _cases(context: EbsContext) -> tuple[EbsCase, ...]:
     return context.suite.cases
 
 
+def _study(case: EbsCase) -> str | None:
+    """The case's cluster: its study."""
+    return case.study or None
+
+
 def _run_meta(context: EbsContext) -> RunMeta:
     return RunMeta(corpus_version=context.suite.name, content_hash=f"sha256:{context.suite.sha256}")
 
@@ -76,4 +81,6 @@ BENCHMARK = Benchmark(
     write_outputs=write_outputs,
     register_cli=register_cli,
     run_meta=_run_meta,
+    cluster_key=_study,
+    estimators=estimators,
 )

@@ -61,6 +61,8 @@ class EbsCase:
         template: the MIxS environmental package (``sampleData``).
         prompt: the rendered prompt, verbatim from the suite.
         ideal: the truth as ``label [CURIE]``.
+        study: the study the biosample comes from (the case's cluster), from the suite's ``cluster`` or
+            ``study`` field, else the prompt's ``Study:`` line; empty when none.
     """
 
     case_id: str
@@ -68,6 +70,7 @@ class EbsCase:
     template: str
     prompt: str
     ideal: str
+    study: str = ""
 
     @property
     def test_id(self) -> str:
@@ -83,6 +86,23 @@ class EbsSuite:
     system: str
     cases: tuple[EbsCase, ...]
     sha256: str
+
+
+def study_of(raw: dict) -> str:
+    """A suite case's study: its ``cluster`` or ``study`` field, else the ``Study:`` line of its input (without
+    a trailing sample-set code in parentheses).
+
+    Example:
+        >>> study_of({"input": "Predict.\\nStudy: Soil warming (AY23_plt05)\\nDescription: ..."})
+        'Soil warming'
+    """
+    original = raw.get("original_input") if isinstance(raw.get("original_input"), dict) else {}
+    for value in (raw.get("cluster"), raw.get("study"), original.get("cluster"), original.get("study")):
+        if value not in (None, ""):
+            return str(value)
+    found = re.search(r"^Study:[ \t]*(.+)$", str(raw.get("input") or ""), flags=re.MULTILINE)
+    # the line may end in a sample-set code, "... climate change (AY23_plt05)": one study, not one per code
+    return re.sub(r"\s*\([A-Za-z0-9_.-]+\)$", "", found.group(1).strip()) if found else ""
 
 
 def load_suite(path: str | Path | None = None) -> EbsSuite:
@@ -101,7 +121,8 @@ def load_suite(path: str | Path | None = None) -> EbsSuite:
             template_name = (original.get("sampleData") or (tags[0] if tags else "")
                              or _template_from_prompt(raw["input"]))
             stratum = re.sub(r"\s*\[.*\]\s*$", "", raw["ideal"]).lstrip("_")
-            cases.append(EbsCase(f"case{number:03d}", stratum, template_name, raw["input"], raw["ideal"]))
+            cases.append(EbsCase(f"case{number:03d}", stratum, template_name, raw["input"], raw["ideal"],
+                                 study_of(raw)))
     except (KeyError, TypeError, AttributeError, StopIteration) as error:
         raise UsageError(f"--ebs-suite {path}: not an llm-matrix suite ({type(error).__name__}: {error})") from None
     if not cases:

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from fieldeval.errors import UsageError
-from fieldeval.stats import mean_metric
+from fieldeval.stats import Design, Estimator, estimate
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs
 
 METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
@@ -168,27 +168,33 @@ def summary_lines(df) -> list[str]:
     return lines
 
 
+def estimators(rows: list[dict]) -> dict[str, Estimator]:
+    """Each metric as the mean of its per-row values (None: not defined for the row)."""
+    return {metric: Estimator.mean([None if r.get(metric) is None else float(r[metric]) for r in rows], (0.0, 1.0))
+            for metric in METRICS}
+
+
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """Per-metric values with bootstrap intervals, relationship counts and per-stratum scores.
+    """Per-metric values with (cluster) bootstrap intervals, relationship counts and per-stratum scores.
 
     A metric counts the rows where it is defined: ``curie_label_valid`` and
     ``in_template_enum`` are None (not False) for a response that does not parse.
+    Intervals resample the rows' clusters (their studies) when the rows carry them.
     """
-    out: dict = {}
-    for metric in METRICS:
-        out[metric] = mean_metric([float(r[metric]) for r in rows if r[metric] is not None],
-                                  seed=seed, resamples=resamples)
+    design = Design.of_rows(rows)
+    out: dict = {metric: estimate(est, design, seed=seed, resamples=resamples)
+                 for metric, est in estimators(rows).items()}
     counts = Counter(r["relationship"] or "parse_failure" for r in rows)
     out["relationship_counts"] = {k: counts.get(k, 0) for k in
                                   ["exact", "descendant", "ancestor", "unrelated", "parse_failure"]}
     strata: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         strata[row["stratum"]].append(row)
-    out["per_stratum"] = {
-        stratum: {m: mean_metric([float(r[m]) for r in group], seed=seed, resamples=resamples)
-                  for m in ["ontology_score", "exact_match"]}
-        for stratum, group in sorted(strata.items())
-    }
+    out["per_stratum"] = {}
+    for stratum, group in sorted(strata.items()):
+        group_estimators, group_design = estimators(group), Design.of_rows(group)
+        out["per_stratum"][stratum] = {m: estimate(group_estimators[m], group_design, seed=seed, resamples=resamples)
+                                       for m in ["ontology_score", "exact_match"]}
     return out
 
 

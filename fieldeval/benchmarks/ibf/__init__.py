@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fieldeval.benchmark import Benchmark, Metric, RunMeta, StoreColumns, option
-from fieldeval.benchmarks.ibf.aggregate import aggregate, summary_notes
+from fieldeval.benchmarks.ibf.aggregate import aggregate, estimators, summary_notes
 from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, load_corpus
 from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
 from fieldeval.errors import UsageError
@@ -69,6 +69,11 @@ def _cases(context: IbfContext) -> tuple[IbfItem, ...]:
     return context.corpus.items
 
 
+def _hazard(item: IbfItem) -> str | None:
+    """The item's cluster: the corpus's ``cluster`` when it declares one, else its hazard."""
+    return item.cluster or item.hazard
+
+
 def _run_meta(context: IbfContext) -> RunMeta:
     return RunMeta(corpus_version=context.corpus.version, content_hash=f"sha256:{context.corpus.sha256}")
 
@@ -88,4 +93,6 @@ BENCHMARK = Benchmark(
     register_cli=register_cli,
     run_meta=_run_meta,
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
+    cluster_key=_hazard,
+    estimators=estimators,
 )

@@ -6,8 +6,9 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from fieldeval.stats import mean_metric, statistic_metric
-from scorers.ibf import DIMENSIONS, PASS_THRESHOLD, mds_batch, reading
+from fieldeval.stats import Design, Estimator, estimate
+from scorers.ibf import DIMENSIONS, PASS_THRESHOLD, mds_weights, reading
+
 
 def score_matrix(rows: list[dict]) -> np.ndarray:
     """An (items, 5) float matrix of scores with NaN for unscored dimensions."""
@@ -15,28 +16,38 @@ def score_matrix(rows: list[dict]) -> np.ndarray:
                     dtype=float).reshape(len(rows), len(DIMENSIONS))
 
 
-def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """MDS with a seeded bootstrap ci95 that resamples items (items with no score at all are left out)."""
+def mds_estimator(rows: list[dict]) -> Estimator:
+    """MDS as a statistic of the (items, 5) score matrix; items with no score at all do not count."""
     data = score_matrix(rows)
-    return statistic_metric(data[~np.isnan(data).all(axis=1)], mds_batch, seed=seed, resamples=resamples)
+    return Estimator(data, mds_weights, ~np.isnan(data).all(axis=1), (0.0, 4.0))
+
+
+def mds_metric(rows: list[dict], *, seed: int, resamples: int) -> dict:
+    """MDS with a seeded (cluster) bootstrap ci95 (items with no score at all are left out)."""
+    return estimate(mds_estimator(rows), Design.of_rows(rows), seed=seed, resamples=resamples)
+
+
+def estimators(rows: list[dict]) -> dict[str, Estimator]:
+    """Dimension means, MDS and TPR (over fully scored items) as statistics of the rows."""
+    out: dict[str, Estimator] = {dim: Estimator.mean([r.get(dim) for r in rows], (0.0, 4.0)) for dim in DIMENSIONS}
+    out["mean_dimension_score"] = mds_estimator(rows)
+    out["threshold_pass_rate"] = Estimator.mean([
+        float(all(r[d] >= PASS_THRESHOLD for d in DIMENSIONS)) if all(r.get(d) is not None for d in DIMENSIONS)
+        else None for r in rows], (0.0, 1.0))
+    return out
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     """Per model: dimension means, MDS and TPR with ci95, the seed's reading, unscored counts and scorers.
 
     A dimension mean leaves out that dimension's unscored values; MDS is the
-    mean of the five dimension means (bootstrap over items); TPR counts only
-    items whose five dimensions are all scored.
+    mean of the five dimension means (bootstrap over items, or over the rows'
+    clusters, their hazards, when they carry them); TPR counts only items whose
+    five dimensions are all scored.
     """
-    out: dict = {}
-    for dim in DIMENSIONS:
-        out[dim] = mean_metric([float(r[dim]) for r in rows if r.get(dim) is not None], seed=seed, resamples=resamples)
-    out["mean_dimension_score"] = mds_metric(rows, seed=seed, resamples=resamples)
+    design = Design.of_rows(rows)
+    out: dict = {name: estimate(est, design, seed=seed, resamples=resamples) for name, est in estimators(rows).items()}
     complete_rows = [r for r in rows if all(r.get(d) is not None for d in DIMENSIONS)]
-    out["threshold_pass_rate"] = mean_metric(
-        [float(all(r[d] >= PASS_THRESHOLD for d in DIMENSIONS)) for r in complete_rows],
-        seed=seed, resamples=resamples,
-    )
     out["reading"] = reading(out["mean_dimension_score"]["value"], out["threshold_pass_rate"]["value"])
     out["unscored"] = {
         **{dim: sum(r.get(dim) is None for r in rows) for dim in DIMENSIONS},
@@ -46,7 +57,9 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     hazards: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         hazards[row.get("hazard") or "unknown"].append(row)
-    out["per_hazard"] = {h: {"mean_dimension_score": mds_metric(g, seed=seed, resamples=resamples)}
+    # one hazard's MDS is conditional on that hazard: its items are resampled, not its (one) cluster
+    out["per_hazard"] = {h: {"mean_dimension_score": estimate(mds_estimator(g), Design(), seed=seed,
+                                                               resamples=resamples)}
                          for h, g in sorted(hazards.items())}
     return out
 

@@ -83,6 +83,7 @@ class IbfItem(_Strict):
     context: ForecastContext
     question: str = Field(min_length=1)
     references: References
+    cluster: str | None = Field(default=None, min_length=1)
 
     @property
     def test_id(self) -> str:

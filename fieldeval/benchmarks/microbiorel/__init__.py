@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
 from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
 from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
-from fieldeval.benchmarks.microbiorel.tables import aggregate, register_cli, summary_notes, write_outputs
+from fieldeval.benchmarks.microbiorel.tables import aggregate, estimators, register_cli, summary_notes, write_outputs
 
 __all__ = ["BENCHMARK", "MicrobioRelContext", "MicrobioRelOptions"]
 
@@ -64,6 +64,11 @@ def _cases(context: MicrobioRelContext) -> tuple[RelationCase, ...]:
     return context.cases
 
 
+def _paragraph(case: RelationCase) -> str | None:
+    """The case's cluster: the paragraph its pair comes from (``annotation_id``)."""
+    return case.annotation_id or None
+
+
 def _run_meta(context: MicrobioRelContext) -> RunMeta:
     """The test split's pinned version and content hash."""
     from fieldeval.data import REGISTRY
@@ -94,4 +99,6 @@ BENCHMARK = Benchmark(
     register_cli=register_cli,
     run_meta=_run_meta,
     warm=warm,
+    cluster_key=_paragraph,
+    estimators=estimators,
 )

@@ -6,20 +6,22 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_tsv_frame
-from fieldeval.stats import mean_metric, statistic_metric
+from fieldeval.stats import Design, Estimator, estimate
 from scorers.microbiorel import (
     RELATION_CLASSES,
     encode_labels,
-    macro_f1_batch,
+    macro_f1_weights,
     normalize_relation,
     score_relations,
     unknown_labels,
-    weighted_f1_batch,
-    weighted_precision_batch,
-    weighted_recall_batch,
+    weighted_f1_weights,
+    weighted_precision_weights,
+    weighted_recall_weights,
 )
 
 PUBLISHED_WEIGHTED_F1 = {"PubMedBERT (fine-tuned; El Khettari et al. 2025)": 0.71}
@@ -30,17 +32,31 @@ PREDICTION_COLUMNS = [
 ]
 
 
-def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """Weighted/macro F1, precision, recall, accuracy, parse rate with bootstrap ci95; per class; confusion."""
+def estimators(rows: list[dict]) -> dict[str, Estimator]:
+    """Weighted/macro F1, precision, recall on the rows' (gold, prediction) codes; accuracy and parse rate as means."""
     golds = [row["gold"] for row in rows]
     preds = [row["prediction"] for row in rows]
     codes = encode_labels(golds, preds)
-    out: dict = {}
-    for name, statistic in [("weighted_f1", weighted_f1_batch), ("weighted_precision", weighted_precision_batch),
-                            ("weighted_recall", weighted_recall_batch), ("macro_f1", macro_f1_batch)]:
-        out[name] = statistic_metric(codes, statistic, seed=seed, resamples=resamples)
-    out["accuracy"] = mean_metric([float(g == p) for g, p in zip(golds, preds)], seed=seed, resamples=resamples)
-    out["parse_rate"] = mean_metric([float(p is not None) for p in preds], seed=seed, resamples=resamples)
+    every = np.ones(len(rows), dtype=bool)
+    out: dict[str, Estimator] = {
+        name: Estimator(codes, statistic, every, (0.0, 1.0))
+        for name, statistic in [("weighted_f1", weighted_f1_weights), ("weighted_precision", weighted_precision_weights),
+                                ("weighted_recall", weighted_recall_weights), ("macro_f1", macro_f1_weights)]}
+    out["accuracy"] = Estimator.mean([float(g == p) for g, p in zip(golds, preds)], (0.0, 1.0))
+    out["parse_rate"] = Estimator.mean([float(p is not None) for p in preds], (0.0, 1.0))
+    return out
+
+
+def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
+    """Weighted/macro F1, precision, recall, accuracy, parse rate with (cluster) bootstrap ci95; per class; confusion.
+
+    Intervals resample the rows' clusters (their paragraphs, ``annotation_id``) when the rows carry them.
+    """
+    golds = [row["gold"] for row in rows]
+    preds = [row["prediction"] for row in rows]
+    design = Design.of_rows(rows)
+    out: dict = {name: estimate(est, design, seed=seed, resamples=resamples)
+                 for name, est in estimators(rows).items()}
     scores = score_relations(golds, preds)
     out["per_class"] = {name: {"precision": round(s.precision, 6), "recall": round(s.recall, 6),
                                "f1": round(s.f1, 6), "support": s.support}

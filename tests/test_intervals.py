@@ -1,0 +1,180 @@
+"""Honest intervals: the cluster bootstrap's coverage by simulation, and cross-checks against independent code.
+
+The coverage simulation draws evals from a super-population with known cluster
+effects (about 100 items in 10 clusters) and counts how often the 95% interval
+covers the truth, for a mean, weighted F1 and a paired difference; the item-level
+bootstrap on the same draws falls short, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from fieldeval.power import clustered_se, power_analysis
+from fieldeval.stats import (
+    Design,
+    Estimator,
+    estimate,
+    mean_metric,
+    paired_difference,
+    resample_indices,
+    weighted_mean,
+)
+from scorers.ibf import mds_batch, mds_weights
+from scorers.microbiorel import encode_labels, weighted_f1_batch, weighted_f1_weights
+
+SIMULATIONS = 600
+CLUSTERS = 10
+RESAMPLES = 1000
+N_CLASSES = 3
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def _draw(rng: np.random.Generator, clusters: int) -> tuple[np.ndarray, ...]:
+    """One eval: clusters of 6-14 items; a shared cluster difficulty for both models, and a cluster-level
+    shift of model B's; per-cluster class mixes for F1."""
+    sizes = rng.integers(6, 15, size=clusters)
+    difficulty = rng.normal(0, 1.0, clusters)
+    shift = rng.normal(0, 1.0, clusters)
+    cluster = np.repeat(np.arange(clusters), sizes)
+    noise = rng.normal(0, 0.5, cluster.size)
+    a = (rng.random(cluster.size) < _expit(0.8 + difficulty[cluster] + noise)).astype(float)
+    b = (rng.random(cluster.size) < _expit(1.0 + difficulty[cluster] + shift[cluster] + noise)).astype(float)
+    mix = rng.dirichlet(np.ones(N_CLASSES), clusters)
+    gold = (rng.random(cluster.size)[:, None] > np.cumsum(mix[cluster], axis=1)).sum(axis=1)
+    pred = np.where(a == 1, gold, (gold + 1 + rng.integers(0, N_CLASSES - 1, cluster.size)) % N_CLASSES)
+    return cluster, a, b, np.stack([gold, pred], axis=1)
+
+
+def _f1(codes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    return weighted_f1_weights(codes, weights, n_classes=N_CLASSES)
+
+
+@pytest.fixture(scope="module")
+def coverage() -> dict[str, float]:
+    """Share of simulated evals whose ci95 covers the super-population's value, clustered and item-level."""
+    population = _draw(np.random.default_rng(99), 100_000)  # ~1M items: the truth, to about 1e-3
+    _, pop_a, pop_b, pop_codes = population
+    truth = {"mean": pop_a.mean(), "difference": pop_b.mean() - pop_a.mean(),
+             "weighted_f1": float(_f1(pop_codes, np.ones((1, len(pop_codes))))[0])}
+    rng = np.random.default_rng(20261201)
+    hits = {f"{name}/{how}": 0 for name in truth for how in ("clustered", "items")}
+    for sim in range(SIMULATIONS):
+        cluster, a, b, codes = _draw(rng, CLUSTERS)
+        every = np.ones(cluster.size, dtype=bool)
+        for how, design in (("clustered", Design(tuple(cluster))), ("items", Design())):
+            found = {
+                "mean": estimate(Estimator(a, weighted_mean, every), design, seed=sim, resamples=RESAMPLES),
+                "weighted_f1": estimate(Estimator(codes, _f1, every, (0.0, 1.0)), design, seed=sim,
+                                        resamples=RESAMPLES),
+                "difference": paired_difference(Estimator(a, weighted_mean, every), Estimator(b, weighted_mean, every),
+                                                design, seed=sim, resamples=RESAMPLES),
+            }
+            for name, metric in found.items():
+                lo, hi = metric["ci95"]
+                hits[f"{name}/{how}"] += lo <= truth[name] <= hi
+    return {key: count / SIMULATIONS for key, count in hits.items()}
+
+
+@pytest.mark.parametrize("metric", ["mean", "weighted_f1", "difference"])
+def test_cluster_bootstrap_covers_the_truth_95_percent_of_the_time(coverage, metric):
+    assert 0.92 <= coverage[f"{metric}/clustered"] <= 0.97, coverage
+
+
+@pytest.mark.parametrize("metric", ["mean", "weighted_f1", "difference"])
+def test_item_bootstrap_undercovers_clustered_items(coverage, metric):
+    assert coverage[f"{metric}/items"] < 0.90, coverage
+
+
+def test_iid_interval_agrees_with_scipy_bootstrap():
+    values = np.random.default_rng(5).beta(2, 3, size=300)
+    ours = mean_metric(values, resamples=4000, seed=3)
+    theirs = scipy_stats.bootstrap((values,), np.mean, n_resamples=4000, method="percentile", confidence_level=0.95,
+                                   random_state=np.random.default_rng(11)).confidence_interval
+    assert ours["value"] == pytest.approx(values.mean(), abs=1e-6)
+    assert ours["ci95"][0] == pytest.approx(theirs.low, abs=0.004)
+    assert ours["ci95"][1] == pytest.approx(theirs.high, abs=0.004)
+    assert ours["n_clusters"] == ours["n"] == 300
+
+
+def test_without_clusters_the_interval_is_the_old_item_bootstrap():
+    # --cluster-by none gives the intervals of before clusters: the same draws, the same percentiles
+    values = np.random.default_rng(8).integers(0, 2, size=97).astype(float)
+    index = resample_indices(len(values), resamples=500, seed=42)
+    old = np.round(np.nanpercentile(values[index].mean(axis=1), [2.5, 97.5]), 6).tolist()
+    assert mean_metric(values, resamples=500, seed=42)["ci95"] == old
+
+
+def test_miller_clustered_standard_error_by_hand():
+    s = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    clusters = ["a", "a", "a", "b", "b", "c", "c"]
+    mean, n = s.mean(), len(s)
+    iid = ((s - mean) ** 2).sum() / n ** 2
+    cross = sum((s[i] - mean) * (s[j] - mean) for i in range(n) for j in range(n)
+                if i != j and clusters[i] == clusters[j])
+    assert clustered_se(s, clusters) == pytest.approx((np.sqrt(iid), np.sqrt(iid + cross / n ** 2)))
+
+
+def test_cluster_bootstrap_spread_matches_millers_clustered_se():
+    rng = np.random.default_rng(17)
+    cluster = np.repeat(np.arange(40), 5)
+    s = (rng.random(200) < _expit(rng.normal(0, 1.5, 40)[cluster])).astype(float)
+    _, se_clustered = clustered_se(s, cluster)
+    weights = Design(tuple(cluster)).weights(200, resamples=8000, seed=1)
+    assert weighted_mean(s, weights).std() == pytest.approx(se_clustered, rel=0.08)
+
+
+def test_strata_keep_their_cluster_counts():
+    strata = ("x",) * 6 + ("y",) * 4
+    clusters = (1, 1, 2, 2, 3, 3, 4, 4, 5, 5)
+    weights = Design(clusters, strata).weights(10, resamples=200, seed=3)
+    assert (weights[:, :6].sum(axis=1) == 6).all() and (weights[:, 6:].sum(axis=1) == 4).all()
+    assert (weights[:, 0] == weights[:, 1]).all()  # a cluster is drawn whole
+    assert Design(clusters, strata).n_clusters(10) == 5 and Design(clusters, strata).n_strata(10) == 2
+
+
+def test_weighted_statistics_equal_the_statistics_of_the_drawn_samples():
+    rng = np.random.default_rng(4)
+    codes = encode_labels(rng.choice(["None", "causes", "treats"], 50).tolist(),
+                          rng.choice(["None", "causes", "treats", None], 50).tolist())
+    index = resample_indices(50, resamples=30, seed=9)
+    counts = np.stack([np.bincount(row, minlength=50) for row in index]).astype(float)
+    assert weighted_f1_weights(codes, counts) == pytest.approx(weighted_f1_batch(codes[index]))
+    matrix = rng.integers(0, 5, size=(50, 5)).astype(float)
+    matrix[rng.random((50, 5)) < 0.2] = np.nan
+    assert mds_weights(matrix, counts) == pytest.approx(mds_batch(matrix[index]))
+
+
+def test_one_cluster_has_no_interval():
+    metric = mean_metric([1.0, 0.0, 1.0], design=Design(("s", "s", "s")))
+    assert metric == {"value": pytest.approx(2 / 3, abs=1e-6), "ci95": [None, None], "n": 3, "n_clusters": 1}
+
+
+def test_paired_difference_is_the_difference_of_means_on_shared_items():
+    a, b = np.array([1.0, 0, 1, 1, 0, 1]), np.array([1.0, 1, 1, 0, 1, 1])
+    every = np.ones(6, dtype=bool)
+    diff = paired_difference(Estimator(a, weighted_mean, every), Estimator(b, weighted_mean, every),
+                             Design(("p", "p", "q", "q", "r", "r")), resamples=500, seed=1)
+    assert diff["value"] == pytest.approx(b.mean() - a.mean(), abs=1e-6)
+    assert diff["n"] == 6 and diff["n_clusters"] == 3
+    assert diff["ci95"][0] <= diff["value"] <= diff["ci95"][1]
+
+
+def test_power_follows_millers_formula_for_a_mean():
+    rng = np.random.default_rng(23)
+    cluster = np.repeat(np.arange(20), 5)
+    s = (rng.random(100) < _expit(rng.normal(0.5, 1.0, 20)[cluster])).astype(float)
+    result = power_analysis(Estimator.mean(s.tolist()), Design(tuple(cluster)), metric="m", difference=0.05,
+                            correlation=0.5, resamples=4000)
+    se_iid, se_clustered = clustered_se(s, cluster)
+    omega2 = 2 * s.var() * (1 - 0.5)
+    deff = (se_clustered / se_iid) ** 2
+    expected = (scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)) ** 2 * omega2 * deff / 0.05 ** 2
+    assert result.items_needed == pytest.approx(expected, rel=0.12)
+    assert result.design_effect == pytest.approx(deff, rel=0.12)
+    assert result.clusters_needed == pytest.approx(result.items_needed / 5, abs=1)
