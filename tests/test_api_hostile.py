@@ -22,12 +22,11 @@ DEADLINE_S = 60
 
 
 class Capture:
-    """A loopback chat-completions server that records each request's headers; ``hold`` keeps answers back."""
+    """A loopback chat-completions server that records each request's headers; ``delay`` slows its answers."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self.hold = threading.Event()  # set: requests wait until release()
-        self._release = threading.Event()
+        self.delay = 0.0  # seconds each answer takes
         capture = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,8 +36,7 @@ class Capture:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 capture.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}})
-                if capture.hold.is_set():
-                    capture._release.wait(DEADLINE_S)
+                time.sleep(capture.delay)
                 text = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                                    "choices": [{"index": 0, "finish_reason": "stop",
@@ -58,11 +56,7 @@ class Capture:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
-    def release(self) -> None:
-        self._release.set()
-
     def close(self) -> None:
-        self.release()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -190,24 +184,23 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_9_of_the_server_kills_its_run_and_its_model_calls(tmp_path, capture):
-    capture.hold.set()  # every model call hangs until released: the run cannot finish on its own
+    capture.delay = 0.5  # slow answers: the run is mid-way when the server dies
     server = Server(tmp_path / "store.db").start()
-    name = "held-" + secrets.token_hex(3)
+    name = "slow-" + secrets.token_hex(3)
     assert server.call("POST", "/api/models", {"name": name, "endpoint": capture.url})[0] == 201
     _, started = server.call("POST", "/api/evaluations", {"model_id": name, **IBF})
-    _wait(lambda: len(capture.requests) >= 2, "the run's first model calls")
+    _wait(lambda: len(capture.requests) >= 3, "the run's first model calls")
     children = server.children()
     assert children, "the run is a child process of the server"
     server.kill()
+    calls_at_kill = len(capture.requests)
     _wait(lambda: not any(_alive(pid) for pid in children), "the run's process ending with the server")
-    calls_at_death = len(capture.requests)
-    capture.release()  # answer the calls in flight: nobody is left to make another
-    time.sleep(1.0)
-    assert len(capture.requests) == calls_at_death
+    time.sleep(1.0)  # let any request already on the wire arrive
+    # a call in transit at the instant of the kill may still land; a run left going makes a dozen more
+    assert len(capture.requests) - calls_at_kill <= 2, (calls_at_kill, len(capture.requests))
     restarted = Server(tmp_path / "store.db", port=server.port).start()
     try:
         status, view = restarted.call("GET", f"/api/evaluations/{started['run_id']}")
         assert status == 200 and view["status"] == "interrupted"
     finally:
         restarted.stop()
-    assert all(not _alive(pid) for pid in children)
