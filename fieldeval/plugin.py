@@ -319,9 +319,9 @@ def pytest_sessionfinish(session: pytest.Session):
         return (yield)
     finally:
         problem = _save_session(config, state, files, int(session.exitstatus))
-        if problem is not None or state.disk_full is not None:
-            for line in dict.fromkeys(p for p in (state.disk_full, problem) if p):
-                sys.stderr.write(line + "\n")
+        lines = list(dict.fromkeys(p for p in (state.disk_full, problem) if p))
+        if lines:  # one line, whatever went wrong
+            sys.stderr.write("; ".join([lines[0], *(line.removeprefix("fieldeval: ") for line in lines[1:])]) + "\n")
             sys.stderr.flush()
             session.exitstatus = SAVE_FAILED
 

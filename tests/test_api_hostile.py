@@ -204,3 +204,49 @@ def test_kill_9_of_the_server_kills_its_run_and_its_model_calls(tmp_path, captur
         assert status == 200 and view["status"] == "interrupted"
     finally:
         restarted.stop()
+
+
+def test_models_add_sends_one_key_to_one_endpoint(tmp_path, capsys):
+    from fieldeval.cli import main
+
+    url = str(tmp_path / "s.db")
+    assert main(["models", "add", "a", "--endpoint", "http://127.0.0.1:9/v1", "--key-env", "A_KEY", "--store", url]) == 0
+    assert main(["models", "add", "b", "--endpoint", "http://127.0.0.1:9/v1/", "--key-env", "A_KEY", "--store", url]) == 0
+    capsys.readouterr()
+    assert main(["models", "add", "c", "--endpoint", "http://127.0.0.1:10/v1", "--key-env", "A_KEY",
+                 "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already sends its key to http://127.0.0.1:9/v1" in err
+
+
+def test_a_bare_allowed_key_serves_only_the_endpoints_the_operator_registered_it_with(tmp_path):
+    from fieldeval.cli import main
+
+    store = tmp_path / "store.db"
+    assert main(["models", "add", "ops", "--endpoint", "http://127.0.0.1:9/v1", "--key-env", "TEAM_KEY",
+                 "--store", str(store)]) == 0
+    server = Server(store, args=["--allow-key-env", "TEAM_KEY"]).start()
+    try:
+        same = {"name": "ops-big", "endpoint": "http://127.0.0.1:9/v1", "key_env": "TEAM_KEY"}
+        assert server.call("POST", "/api/models", same)[0] == 201
+        status, answer = server.call("POST", "/api/models", {**same, "name": "x", "endpoint": "http://127.0.0.1:10/v1"})
+        assert status == 422 and "not configured for this endpoint" in answer["message"]
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("entry", ["", "1VAR", "VAR=ftp://x/", "VAR=http://169.254.169.254/v1", "MY KEY"])
+def test_bad_key_env_allow_list_entries_are_usage_errors(entry):
+    from fieldeval.errors import UsageError
+    from fieldeval.service import parse_key_envs
+
+    with pytest.raises(UsageError, match="--allow-key-env"):
+        parse_key_envs([entry], "--allow-key-env")
+
+
+def test_key_envs_come_from_the_command_line_and_pyproject(tmp_path):
+    from fieldeval.service import parse_key_envs, serve_settings
+
+    (tmp_path / "pyproject.toml").write_text('[tool.fieldeval.serve]\nkey_envs = ["A", "B=http://127.0.0.1:9/v1"]\n')
+    entries = serve_settings(tmp_path)["key_envs"]
+    assert parse_key_envs(entries, "key_envs") == {"A": None, "B": "http://127.0.0.1:9/v1"}

@@ -19,7 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg  # noqa: F401  (imported before pytester's module snapshot: a later re-import would split its classes)
 import pytest
+import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401  (the same)
 
 from tests.ebs_project import ARGS, make_project
 
@@ -119,12 +121,19 @@ def test_the_next_session_pushes_a_kept_run_on_its_own(project, monkeypatch):
     assert not (project.path / "reports" / "runs" / "run_keep0002" / "unstored.json").exists()
 
 
+def test_a_shard_whose_run_was_not_stored_fails(project, monkeypatch):
+    store = project.path / "store.db"
+    monkeypatch.setenv("BREAK_SQLITE", str(store))
+    result = project.runpytest_subprocess(*ARGS, "--cache", "off", "--store", str(store), "--splits", "2", "--group",
+                                          "1", "--run-group", "nightly")
+    assert result.ret == 2  # green otherwise: this shard's items pass
+    assert len(_error_lines(result)) == 1
+
+
 def test_postgresql_gone_at_the_save_then_runs_push(project, monkeypatch):
     base = os.environ.get("FIELDEVAL_TEST_PG")
     if not base:
         pytest.skip("FIELDEVAL_TEST_PG is not set")
-    import psycopg
-
     from fieldeval.store import open_store
     from tests.conftest import pg_schema_url
 
@@ -170,10 +179,10 @@ def test_postgresql_gone_at_the_save_then_runs_push(project, monkeypatch):
 ])
 def test_odd_options_are_one_line_and_exit_2_before_any_call(project, extra, flag):
     result = project.runpytest_subprocess(*ARGS, *extra)
-    assert result.ret == 2, result.stdout.str() + result.stderr.str()
+    assert result.ret == 2, result.stdout.str() + "\n" + result.stderr.str()
     said = [line for line in (result.stdout.lines + result.stderr.lines) if flag in line]
-    assert said, result.stdout.str() + result.stderr.str()
-    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert said, result.stdout.str() + "\n" + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + "\n" + result.stderr.str()
     assert not (project.path / "calls.log").exists()
     assert not list(project.path.parent.glob("x"))  # nothing written outside the project
 
@@ -211,7 +220,7 @@ def _fill(disk: Path) -> None:
 def test_a_full_disk_is_one_line_and_exit_2_before_any_call(project, tiny_disk):
     _fill(tiny_disk)
     result = project.runpytest_subprocess(*ARGS, "--reports-dir", str(tiny_disk / "reports"))
-    output = result.stdout.str() + result.stderr.str()
+    output = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret == 2 and "--reports-dir" in output and "No space left" in output, output
     assert not (project.path / "calls.log").exists()
 
@@ -228,11 +237,11 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_exit_2_and_keeps_the_cache(pro
     assert cached_before == 1
     monkeypatch.setenv("FILL_DISK", str(tiny_disk))
     result = project.runpytest_subprocess(*args, "--run-id", "run_full0001")
-    output = result.stdout.str() + result.stderr.str()
+    output = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret == 2, output
     assert "Traceback" not in output and "INTERNALERROR" not in output
-    assert len([line for line in output.splitlines() if "no space left" in line.lower()
-                and line.startswith("fieldeval:")]) >= 1
+    said = [line for line in output.splitlines() if line.startswith("fieldeval:")]
+    assert len(said) == 1 and "no space left" in said[0], said
     (tiny_disk / "ballast").unlink()
     monkeypatch.delenv("FILL_DISK")
     with sqlite3.connect(cache) as conn:  # the cache still opens, and every answer it took is there

@@ -45,7 +45,10 @@ def parse_key_envs(entries: list[str], origin: str) -> dict[str, str | None]:
         if not KEY_ENV_NAME.fullmatch(var):
             raise UsageError(f"{origin} {entry!r}: {var!r} is not a variable name; write VAR or VAR=URL "
                              "(the variable's name, never the key itself)")
-        out[var] = check_endpoint(url) if sep else None
+        try:
+            out[var] = check_endpoint(url) if sep else None
+        except UsageError as error:
+            raise UsageError(f"{origin} {entry!r}: {str(error).removeprefix('--endpoint ')}") from None
     return out
 
 
