@@ -46,6 +46,15 @@ def pytest_runtest_teardown(item):
     """The disk fills up once the first item is done (another process writing, say)."""
     import os
 
+    if os.environ.get("INJECT_ENOSPC") and "case000" in item.nodeid:  # where no tmpfs can be mounted
+        import errno
+
+        import fieldeval.progress
+
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        fieldeval.progress.write_atomic = full
     if os.environ.get("FILL_DISK") and "case000" in item.nodeid:
         stat = os.statvfs(os.environ["FILL_DISK"])
         with open(os.path.join(os.environ["FILL_DISK"], "ballast"), "wb") as ballast:
@@ -252,3 +261,15 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_exit_2_and_keeps_the_cache(pro
             json.loads(path.read_text())
     again = project.runpytest_subprocess(*args)
     assert again.ret == 1, again.stdout.str() + again.stderr.str()  # the next run works (one item always errors)
+
+
+def test_an_injected_enospc_mid_run_is_one_line_and_exit_2(project, monkeypatch):
+    monkeypatch.setenv("INJECT_ENOSPC", "1")
+    result = project.runpytest_subprocess(*ARGS, "--progress-file", "progress.json", "--store", "none")
+    output = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret == 2, output
+    said = [line for line in output.splitlines() if line.startswith("fieldeval:")]
+    assert len(said) == 1 and "no space left" in said[0] and "progress.json" in said[0], said
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    assert json.loads((project.path / "progress.json").read_text())["done"] == 1  # the last whole write stands
+    assert json.loads((project.path / "reports" / "report.json").read_text())["evals"]["status"] == "interrupted"

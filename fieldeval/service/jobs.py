@@ -272,7 +272,8 @@ class Runner:
             tail = (tail + "\n" + stdout_text[-STDERR_TAIL_CHARS:]).strip()[-STDERR_TAIL_CHARS:]
         self.table.update(job.run_id, status="completed" if returncode in (0, 1) else "failed", finished_at=now_iso(),
                           pid=None, returncode=returncode, stderr_tail=tail or None)
-        shutil.rmtree(folder / "reports", ignore_errors=True)
+        if returncode in (0, 1):  # stored; otherwise a run the store could not take stays for `fieldeval runs push`
+            shutil.rmtree(folder / "reports", ignore_errors=True)
 
     def _read_progress(self, run_id: str, path: Path, seen: Any) -> Any:
         """Copy the progress file's counts into the job when it changed; returns what was read."""
