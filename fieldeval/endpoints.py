@@ -22,7 +22,8 @@ from fieldeval.store.location import DEFAULT_STORE_PATH, STORE_ENV
 from fieldeval.store.registry import Endpoint, read_endpoints
 
 __all__ = ["DEFAULT_STORE_PATH", "STORE_ENV", "Endpoint", "api_base", "check_endpoint", "check_key_binding",
-           "endpoint_models", "refused_address", "register_endpoint", "register_endpoints", "registered_endpoints"]
+           "endpoint_models", "key_endpoints", "refused_address", "register_endpoint", "register_endpoints",
+           "registered_endpoints"]
 
 
 def api_base(endpoint: str) -> str:

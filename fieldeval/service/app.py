@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from fieldeval.endpoints import check_endpoint, check_key_binding, register_endpoint
 from fieldeval.errors import UsageError
@@ -191,8 +192,6 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 
     app = FastAPI(title="fieldeval", description="Register models, run evaluations, compare runs.",
                   version="1", lifespan=lifespan)
-    from starlette.middleware.trustedhost import TrustedHostMiddleware
-
     hosts = list(dict.fromkeys([*LOOPBACK_HOSTS, *(allowed_hosts or [])]))
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
     allowed_keys = dict(key_envs or {})
