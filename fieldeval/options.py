@@ -157,7 +157,8 @@ def _convert(f: dataclasses.Field, value: Any) -> Any:
         number = kind(value.strip())
     except ValueError:
         what = "a whole number" if kind is int else "a number"
-        raise UsageError(f"{flag} {value!r}: not {what}; pass e.g. {f.default if f.default is not None else 60}") from None
+        example = f.default if f.default is not None else 60
+        raise UsageError(f"{flag} {value!r}: not {what}; pass e.g. {example}") from None
     if kind is float and not math.isfinite(number):
         raise UsageError(f"{flag} {value!r}: not a finite number")
     return number

@@ -74,7 +74,8 @@ def _split_problem(config: pytest.Config) -> str | None:
     if splits is None or group is None:
         return f"--splits {splits} --group {group}: pass both, e.g. --splits 4 --group 1"
     if splits < 1 or not 1 <= group <= splits:
-        return f"--splits {splits} --group {group}: pass N >= 1 shards and a group from 1 to N, e.g. --splits 4 --group 1"
+        return (f"--splits {splits} --group {group}: pass N >= 1 shards and a group from 1 to N, "
+                "e.g. --splits 4 --group 1")
     return None
 
 

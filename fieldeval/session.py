@@ -207,8 +207,9 @@ class EvalSession:
         and a SQLite store)."""
         from fieldeval.writable import check_outputs
 
+        summary_md = self.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
         files: list[tuple[str, Any]] = [("--eval-report", report_path), ("--progress-file", self.options.progress_file),
-                                        ("--summary-md", self.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"))]
+                                        ("--summary-md", summary_md)]
         if self.client.cache is not None:
             files.append(("--cache-path", self.client.cache.path))
         url = self.store_url()

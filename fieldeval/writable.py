@@ -81,7 +81,8 @@ def check_file(path: str | Path, flag: str) -> Path:
     return target
 
 
-def check_outputs(files: Iterable[tuple[str, str | Path | None]], folders: Iterable[tuple[str, str | Path | None]]) -> None:
+def check_outputs(files: Iterable[tuple[str, str | Path | None]],
+                  folders: Iterable[tuple[str, str | Path | None]]) -> None:
     """Check every ``(flag, path)`` of ``files`` and ``folders`` (None: not used this session)."""
     for flag, path in folders:
         if path is not None:

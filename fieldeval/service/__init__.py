@@ -17,7 +17,8 @@ from pathlib import Path
 
 from fieldeval.errors import UsageError
 
-__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "parse_key_envs", "register_cli", "render_report", "serve_settings"]
+__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "parse_key_envs", "register_cli", "render_report",
+           "serve_settings"]
 
 TOKEN_ENV = "FIELDEVAL_API_TOKEN"
 

@@ -53,7 +53,8 @@ def read_unstored(path: Path) -> UnstoredRun:
         return UnstoredRun(Path(path), str(data["run_id"]), str(data["store"]), dict(data["payload"]),
                            {bench: list(items) for bench, items in data["rows"].items()}, dict(data["meta"]))
     except FileNotFoundError:
-        raise UsageError(f"{path}: no kept run there; `ls reports/runs/*/{UNSTORED_FILE}` lists the kept runs") from None
+        raise UsageError(f"{path}: no kept run there; `ls reports/runs/*/{UNSTORED_FILE}` lists the kept runs"
+                         ) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise UsageError(f"{path}: not a kept run ({type(error).__name__}: {error}); it cannot be pushed") from None
 
