@@ -14,14 +14,16 @@ when the store does not exist yet, no SQLAlchemy import for a SQLite store).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
 from fieldeval.store.location import DEFAULT_STORE_PATH, STORE_ENV
 from fieldeval.store.registry import Endpoint, read_endpoints
 
-__all__ = ["DEFAULT_STORE_PATH", "STORE_ENV", "Endpoint", "api_base", "endpoint_models", "register_endpoint",
-           "register_endpoints", "registered_endpoints"]
+__all__ = ["DEFAULT_STORE_PATH", "STORE_ENV", "Endpoint", "api_base", "check_endpoint", "check_key_binding",
+           "endpoint_models", "key_endpoints", "refused_address", "register_endpoint", "register_endpoints",
+           "registered_endpoints"]
 
 
 def api_base(endpoint: str) -> str:
@@ -92,14 +94,14 @@ def check_endpoint(url: str) -> str:
         The URL without surrounding whitespace.
 
     Raises:
-        UsageError: not http(s), no host, credentials in the URL, or a link-local host
-            (169.254.0.0/16, fe80::/10: cloud metadata services live there); loopback is allowed.
+        UsageError: not http(s), no host, credentials in the URL, or a host that is or resolves to a
+            link-local (169.254.0.0/16, fe80::/10: cloud metadata services live there), multicast or
+            unspecified address in any spelling (:func:`refused_address`); loopback and private are allowed.
 
     Example:
         >>> check_endpoint(" http://localhost:11434/v1 ")
         'http://localhost:11434/v1'
     """
-    import ipaddress
     from urllib.parse import urlsplit
 
     from fieldeval.errors import UsageError
@@ -116,15 +118,136 @@ def check_endpoint(url: str) -> str:
     if parts.username is not None or parts.password is not None:
         raise UsageError("--endpoint: credentials in the URL are refused (they would be stored in clear); "
                          "put the key in an environment variable or `llm keys set` and register the URL without them")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:169.254.169.254 reaches the same host
-    if address is not None and (address.is_link_local or (mapped is not None and mapped.is_link_local)):
-        raise UsageError(f"--endpoint {text!r}: {host} is link-local (169.254.0.0/16, fe80::/10) and refused; "
-                         "register the model server's routable or loopback address")
+    refused = refused_address(host)
+    if refused is not None:
+        address, kind = refused
+        raise UsageError(f"--endpoint {text!r}: {host} is {address}, a {kind} address, and refused (cloud metadata "
+                         "services live at link-local ones); register the model server's routable, private or "
+                         "loopback address")
     return text
+
+
+RESOLVE_TIMEOUT_S = 3.0
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # connecting to 0.x.x.x reaches this host on Linux
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _forbidden(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """``link-local``, ``multicast`` or ``unspecified`` when ``address`` (or the IPv4 address it carries) is one."""
+    carried: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        carried += [a for a in (address.ipv4_mapped, address.sixtofour, *(address.teredo or ())) if a is not None]
+        if address in _NAT64:
+            carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    for each in carried:
+        if each.is_link_local:
+            return "link-local"
+        if each.is_multicast:
+            return "multicast"
+        if each.is_unspecified or each in _THIS_NETWORK:
+            return "unspecified"
+    return None
+
+
+def _resolve(host: str) -> list[str]:
+    """The addresses ``getaddrinfo`` gives for ``host`` (numeric forms at once, names within a few seconds)."""
+    import concurrent.futures
+    import socket
+
+    def lookup(flags: int) -> list[str]:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=flags)
+        except (OSError, UnicodeError, ValueError):
+            return []
+        return [str(info[4][0]).split("%")[0] for info in infos]
+
+    numeric = lookup(socket.AI_NUMERICHOST)
+    if numeric:
+        return numeric
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(lookup, 0).result(timeout=RESOLVE_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        return []
+    finally:
+        pool.shutdown(wait=False)
+
+
+def host_addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Every address ``host`` can mean to a client: as ``ipaddress`` reads it, as the C library's ``inet_aton``
+    reads it (``0xA9FEA9FE``, ``2852039166``, ``0251.0376.0251.0376``, ``169.254.43518``), and what
+    ``getaddrinfo`` resolves it to, each with and without a trailing dot."""
+    import socket
+
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    bare = host.strip().strip("[]")
+    for form in dict.fromkeys((bare, bare.rstrip("."))):
+        if not form:
+            continue
+        try:
+            found.append(ipaddress.ip_address(form.split("%")[0]))
+        except ValueError:
+            pass
+        try:
+            found.append(ipaddress.IPv4Address(socket.inet_aton(form)))
+        except (OSError, ValueError):
+            pass
+        for text in _resolve(form):
+            try:
+                found.append(ipaddress.ip_address(text))
+            except ValueError:
+                pass
+    return list(dict.fromkeys(found))
+
+
+def refused_address(host: str) -> tuple[str, str] | None:
+    """``(address, kind)`` for the first link-local, multicast or unspecified address ``host`` can mean, else None.
+
+    Example:
+        >>> refused_address("0xA9FEA9FE")
+        ('169.254.169.254', 'link-local')
+        >>> refused_address("127.0.0.1") is None
+        True
+    """
+    for address in host_addresses(host):
+        kind = _forbidden(address)
+        if kind is not None:
+            return str(address), kind
+    return None
+
+
+def check_key_binding(store: Any, key_env: str, endpoint: str, allowed: dict[str, str | None]) -> None:
+    """Refuse a key an HTTP registration names unless the server's operator allowed it for this endpoint.
+
+    ``key_env`` is looked up the way llm looks up a key (an ``llm keys`` alias of that name, else the
+    environment variable), so the rule covers both. A key is allowed when the operator listed it
+    (``fieldeval serve --allow-key-env VAR`` or ``[tool.fieldeval.serve] key_envs``) and, when bound
+    (``VAR=URL``), only at that URL; a key listed unbound only at an endpoint the operator already
+    registered it with (``fieldeval models add NAME --endpoint URL --key-env VAR``). The message is
+    the same whether or not the variable exists, so nobody learns what the server's environment holds.
+
+    Raises:
+        UsageError: the key is not allowed for ``endpoint``.
+    """
+    from fieldeval.errors import UsageError
+
+    fix = (f"the server's operator allows it with `fieldeval serve --allow-key-env {key_env}={api_base(endpoint)}` "
+           "or registers the model from the command line; or leave key_env out")
+    if key_env not in allowed:
+        raise UsageError(f"{key_env!r} is not a key this server lets HTTP registrations use; {fix}")
+    bound = allowed[key_env]
+    if bound is not None:
+        if api_base(bound) != api_base(endpoint):
+            raise UsageError(f"{key_env!r} is bound to another endpoint; {fix}")
+        return
+    if api_base(endpoint) not in key_endpoints(store, key_env):
+        raise UsageError(f"{key_env!r} is not configured for this endpoint; {fix}")
+
+
+def key_endpoints(store: Any, key_env: str, *, except_name: str | None = None) -> set[str]:
+    """The endpoints (client base URLs) registered with ``key_env``, leaving out the records of ``except_name``."""
+    return {api_base(record.endpoint) for record in store.list_models()
+            if record.key_env == key_env and record.name != except_name}
 
 
 def installed_model(name: str) -> str | None:
@@ -154,7 +277,8 @@ def register_endpoint(store: Any, name: str, endpoint: str, *, key_env: str | No
         The record and whether it is new (or replaced).
 
     Raises:
-        UsageError: a bad endpoint or variable name, or a name an installed llm model has.
+        UsageError: a bad endpoint or variable name, a name an installed llm model has, or a
+            ``key_env`` another endpoint already uses.
         fieldeval.store.ModelConflict: the name is registered at another endpoint and ``replace`` is False.
 
     Example:
@@ -165,6 +289,11 @@ def register_endpoint(store: Any, name: str, endpoint: str, *, key_env: str | No
 
     endpoint = check_endpoint(endpoint)
     name = (name or "").strip()
+    if key_env is not None:  # one key, one endpoint: a key never travels to a server it was not set up for
+        elsewhere = key_endpoints(store, key_env, except_name=name) - {api_base(endpoint)}
+        if elsewhere:
+            raise UsageError(f"--key-env {key_env}: already sends its key to {sorted(elsewhere)[0]}; a key goes "
+                             "only to the endpoint it was configured with, so give this endpoint a variable of its own")
     if name and not store.models_named(name):
         taken = installed_model(name)
         if taken is not None:

@@ -10,6 +10,8 @@ parsed command line. Nothing else reads ``config.getoption``.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ from fieldeval.limits import DEFAULT_CONCURRENCY
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 DEFAULT_REPORT = "reports/report.json"
+RUN_ID = re.compile(r"run_[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class EngineOptions:
         help=f"retries of a transiently failed call, with backoff and Retry-After (default: {DEFAULT_RETRIES})"))
     rpm: int | None = field(default=None, metadata=option(
         "--rpm", metavar="N", type=int,
-        help="requests per minute per model, shared by xdist workers (default: unlimited)"))
+        help="requests per minute per model, a whole number from 1, shared by xdist workers (default: unlimited)"))
     cache: str = field(default="use", metadata=option(
         "--cache", choices=CACHE_MODES,
         help="response cache: use (default), refresh, off, or replay (fail items with no cached response)"))
@@ -96,7 +99,8 @@ class EngineOptions:
 
     def __post_init__(self) -> None:
         for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
-                                   ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1)]:
+                                   ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1),
+                                   ("--seed", self.seed, 0)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
         if self.max_errors is not None and self.max_errors < 0:
@@ -107,8 +111,21 @@ class EngineOptions:
         if self.resume and self.run_id and self.resume != self.run_id:
             raise UsageError(f"--resume {self.resume} with --run-id {self.run_id}: a resumed run keeps its id; "
                              "drop --run-id")
-        if not self.call_timeout > 0:
+        if self.seed >= 2**63:
+            raise UsageError(f"--seed {self.seed}: too large; pass a seed below 2**63")
+        if not 0 < self.call_timeout < math.inf:
             raise UsageError(f"--call-timeout {self.call_timeout:g}: must be a number of seconds above 0")
+        if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
+            raise UsageError(f"--run-id {self.run_id!r}: not a run id; use run_ and 1-64 letters, digits, '_' or '-' "
+                             "(e.g. run_nightly_2026_05_29); it names a folder under reports/runs/")
+        if self.store is not None and not self.store.strip():
+            raise UsageError("--store '': empty; pass a SQLite path, a postgresql:// URL, or 'none' to store nothing")
+        for flag, value in (("--eval-report", self.report), ("--reports-dir", self.reports_dir),
+                            ("--progress-file", self.progress_file), ("--summary-md", self.summary_md),
+                            ("--cache-path", self.cache_path), ("--run-label", self.run_label),
+                            ("--run-group", self.run_group)):
+            if value is not None and (not value.strip() or any(ord(c) < 32 for c in value)):
+                raise UsageError(f"{flag} {value!r}: empty or has control characters; pass a plain value")
 
 
 def _dest(prefix: str, name: str) -> str:
@@ -128,11 +145,8 @@ def _add_fields(group, cls: type, prefix: str, seen: set[str]) -> None:
             kwargs["choices"] = meta["choices"]
         if isinstance(f.default, tuple):
             kwargs.update(action="append", default=[])
-        else:
+        else:  # numbers are converted by parse_options, so a bad one is one line and exit 2, not argparse's 4
             kwargs["default"] = f.default
-            kind = meta.get("type") or (type(f.default) if f.default is not None else None)
-            if kind in (int, float):
-                kwargs["type"] = kind
         group.addoption(meta["flag"], **kwargs)
 
 
@@ -152,8 +166,26 @@ def _values(config, cls: type, prefix: str) -> dict[str, Any]:
         value = getattr(config.option, _dest(prefix, f.name), None)
         if value is None and f.metadata.get("shared"):
             value = next((v for v in _shared(config, f.metadata["flag"]) if v is not None), None)
-        values[f.name] = tuple(value) if isinstance(f.default, tuple) else (f.default if value is None else value)
+        values[f.name] = tuple(value) if isinstance(f.default, tuple) else (
+            f.default if value is None else _convert(f, value))
     return values
+
+
+def _convert(f: dataclasses.Field, value: Any) -> Any:
+    """An option's text as its field's type (int or float); a usage error naming the flag otherwise."""
+    kind = f.metadata.get("type") or (type(f.default) if f.default is not None else None)
+    if kind not in (int, float) or not isinstance(value, str):
+        return value
+    flag = f.metadata["flag"]
+    try:
+        number = kind(value.strip())
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        example = f.default if f.default is not None else 60
+        raise UsageError(f"{flag} {value!r}: not {what}; pass e.g. {example}") from None
+    if kind is float and not math.isfinite(number):
+        raise UsageError(f"{flag} {value!r}: not a finite number")
+    return number
 
 
 def _shared(config, flag: str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
+SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
 SESSION_DIR_KEY = "fieldeval_session_dir"
 
 _SESSION = pytest.StashKey[EvalSession]()
@@ -50,6 +52,32 @@ def eval_session(config: pytest.Config) -> EvalSession:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the engine's options and each installed benchmark's, grouped by benchmark."""
     add_options(parser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """``--splits``/``--group`` out of range (pytest-split's check) is one line and exit 2, like every bad option."""
+    problem = _split_problem(config)
+    if problem is None:
+        return (yield)
+    try:
+        return (yield)  # pytest-split refuses the values before any session starts
+    except pytest.UsageError:
+        sys.stderr.write(f"ERROR: {problem}\n")
+        return 2
+
+
+def _split_problem(config: pytest.Config) -> str | None:
+    """The one line for pytest-split options that do not name one group of N, else None."""
+    splits, group = getattr(config.option, "splits", None), getattr(config.option, "group", None)
+    if splits is None and group is None:
+        return None
+    if splits is None or group is None:
+        return f"--splits {splits} --group {group}: pass both, e.g. --splits 4 --group 1"
+    if splits < 1 or not 1 <= group <= splits:
+        return (f"--splits {splits} --group {group}: pass N >= 1 shards and a group from 1 to N, "
+                "e.g. --splits 4 --group 1")
+    return None
 
 
 def selected_benchmarks(config: pytest.Config) -> list[str]:
@@ -105,6 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
     if worker:
         return
+    if selected and not config.option.collectonly:
+        exit_on_usage_error(lambda: state.check_outputs(_report_path(config, engine.report)))
     exit_on_usage_error(state.prepare)
     if selected and not config.option.collectonly:
         files = RunFiles(state.reports_dir(), state.run_id, _report_path(config, engine.report))
@@ -185,6 +215,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan the progress counts and start the solvers of the eval items (see :mod:`fieldeval.pool`)."""
     state = eval_session(session.config)
+    state.pytest_session = session
     eval_items = [item for item in session.items if _tag(item) is not None]
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
@@ -217,8 +248,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed model call is one line (model, error class, message), not a traceback."""
+    """A failed model call is one line (model, error class, message), not a traceback; a full disk stops the run."""
     report = yield
+    if call.excinfo is not None and _tag(item) is not None:
+        from fieldeval.writable import full_disk_line, out_of_space
+
+        if out_of_space(call.excinfo.value):
+            eval_session(item.config).stop_for_full_disk(item.session, full_disk_line("the run's files",
+                                                                                       call.excinfo.value))
+            report.longrepr = "no space left on the device"
     if call.excinfo is not None and isinstance(call.excinfo.value, ModelCallError) and _tag(item) is not None:
         error = call.excinfo.value
         report.longrepr = f"{error.model}: {error.detail}"
@@ -328,32 +366,56 @@ def pytest_sessionfinish(session: pytest.Session):
                and all(gate["passed"] for gate in payload["gates"]) and session.testsfailed <= sum(state.errors.values()))
     if allowed:
         session.exitstatus = pytest.ExitCode.OK
+    if state.disk_full is not None:
+        session.exitstatus = SAVE_FAILED
+        allowed = False
     try:
         return (yield)
     finally:
         if allowed:  # again after the other plugins' sessionfinish: some OR the original status back in
             session.exitstatus = pytest.ExitCode.OK
-        _save_session(config, state, files, int(session.exitstatus))
+        problem = _save_session(config, state, files, int(session.exitstatus))
+        lines = list(dict.fromkeys(p for p in (state.disk_full, problem) if p))
+        if lines:  # one line, whatever went wrong
+            sys.stderr.write("; ".join([lines[0], *(line.removeprefix("fieldeval: ") for line in lines[1:])]) + "\n")
+            sys.stderr.flush()
+            session.exitstatus = SAVE_FAILED
 
 
-def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> None:
-    """The run's tables and report under its folder, published to reports/, the Markdown summary, the store."""
-    tables = state.write_outputs(files.folder)
-    json_plugin = getattr(config, "_json_report", None)
-    report = getattr(json_plugin, "report", None)
-    if report is not None:
-        report["exitcode"] = exitstatus
-        files.write_report(report, indent=config.option.json_report_indent)
-    files.publish(tables)
-    files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
-    summary_md = state.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_md and state.has_results():
-        from fieldeval.summary import render_markdown
+def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> str | None:
+    """The run's tables and report under its folder, published to reports/, the Markdown summary, the store.
 
-        with open(summary_md, "a", encoding="utf-8") as handle:
-            handle.write(render_markdown(state.payload()))
+    Returns None when all went well, else the one line to end with: the disk filled up (every file is
+    written whole or not at all, and the run is stored if the store still takes it) or the store could
+    not take the run (it is then kept for ``fieldeval runs push``).
+    """
+    from fieldeval.writable import full_disk_line, out_of_space
+
+    if state.disk_full is not None:
+        exitstatus = SAVE_FAILED
+    problem = None
+    try:
+        tables = state.write_outputs(files.folder)
+        json_plugin = getattr(config, "_json_report", None)
+        report = getattr(json_plugin, "report", None)
+        if report is not None:
+            report["exitcode"] = exitstatus
+            files.write_report(report, indent=config.option.json_report_indent)
+        files.publish(tables)
+        files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
+        summary_md = state.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_md and state.has_results():
+            from fieldeval.summary import render_markdown
+
+            with open(summary_md, "a", encoding="utf-8") as handle:
+                handle.write(render_markdown(state.payload()))
+    except OSError as error:
+        if not out_of_space(error):
+            raise
+        problem = full_disk_line("the report and tables", error)
     if state.has_results():
-        state.save_run(exitstatus)
+        return state.save_run(exitstatus, files.folder) or problem
+    return problem
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

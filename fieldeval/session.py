@@ -69,6 +69,8 @@ class EvalSession:
         self._failures = 0
         self._last_draw = 0.0
         self._announced: set[str] = set()
+        self.disk_full: str | None = None  # the one line, once the disk filled up mid-run
+        self.pytest_session: pytest.Session | None = None
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -257,8 +259,44 @@ class EvalSession:
                 and bool(self.progress.planned) and not self.config.option.collectonly)
 
     def _write_progress(self) -> None:
-        if self.options.progress_file:
+        if not self.options.progress_file:
+            return
+        try:
             self.progress.write(self.options.progress_file)
+        except OSError as error:
+            from fieldeval.writable import full_disk_line, out_of_space
+
+            if not out_of_space(error):
+                raise
+            self.stop_for_full_disk(self.pytest_session, full_disk_line(self.options.progress_file, error))
+
+    def stop_for_full_disk(self, session: pytest.Session | None, line: str) -> None:
+        """Stop starting items (the disk is full); the session ends with ``line`` and exit status 2."""
+        if self.disk_full is None:
+            self.disk_full = line
+        self.stop_prefetch()
+        if session is not None:
+            session.shouldstop = "no space left on the device"
+
+    def check_outputs(self, report_path: Path) -> None:
+        """Check every path the session will write, before any model call: one line and exit 2 if one is not
+        writable (the reports folder, the JSON report, the progress file, the Markdown summary, the cache
+        and a SQLite store)."""
+        from fieldeval.writable import check_outputs
+
+        summary_md = self.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
+        files: list[tuple[str, Any]] = [("--eval-report", report_path), ("--progress-file", self.options.progress_file),
+                                        ("--summary-md", summary_md)]
+        if self.client.cache is not None:
+            files.append(("--cache-path", self.client.cache.path))
+        url = self.store_url()
+        if url is not None:
+            from fieldeval.store import resolve_url
+
+            parsed = resolve_url(url)
+            if parsed.get_backend_name() == "sqlite":
+                files.append(("--store", Path(parsed.database).expanduser()))
+        check_outputs(files, [("--reports-dir", self.reports_dir())])
 
     def _draw_progress(self, *, final: bool = False) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -449,13 +487,20 @@ class EvalSession:
             return "interrupted"
         return "partial" if sum(self.progress.errors.values()) or sum(self.errors.values()) else "completed"
 
-    def save_run(self, exitstatus: int) -> None:
-        """Store the finished session as an immutable run (controller only)."""
+    def save_run(self, exitstatus: int, folder: Path) -> str | None:
+        """Store the finished session as an immutable run (controller only); None when stored (or no store).
+
+        When the store cannot take it, the run is kept in ``folder/unstored.json`` for ``fieldeval runs
+        push`` and the one line saying so is returned. After a successful save, runs kept by earlier
+        sessions for the same store are pushed too.
+        """
         url = self.store_url()
         if url is None:
-            return
+            return None
         from fieldeval.shards import run_group_meta
         from fieldeval.store import declared_columns, open_store
+        from fieldeval.store.pending import keep_unstored
+        from fieldeval.store.url import database_errors, redact
 
         metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
         meta = {
@@ -471,13 +516,40 @@ class EvalSession:
             "items_errored": sum(self.progress.errors.values()),
             "errors": self.failed_items,
         }
+        rows = {name: self.sorted_rows(name) for name in self.rows}
         try:
-            with open_store(url, columns=declared_columns()) as store:
+            with open_store(url, columns=declared_columns()) as store, database_errors(store.url):
                 if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
                     store.delete_run(self.options.resume)
-                store.save_run(self.payload(), {name: self.sorted_rows(name) for name in self.rows}, meta)
-        except UsageError as error:
-            self.config.get_terminal_writer().line(f"fieldeval: run not stored: {error}", red=True)
+                store.save_run(self.payload(), rows, meta)
+                self._push_kept(store, url)
+        except Exception as error:  # noqa: BLE001  (whatever the store says, the run must not be lost)
+            reason = " ".join(str(error).split()) or type(error).__name__
+            try:
+                kept = keep_unstored(folder, url, self.payload(), rows, meta)
+            except OSError as write_error:
+                return (f"fieldeval: run {self.run_id} not stored ({reason}) and could not be kept either "
+                        f"({write_error.strerror or write_error}); free the disk and run again")
+            return (f"fieldeval: run {self.run_id} not stored ({reason}); kept in {kept}: store it with "
+                    f"`fieldeval runs push {self.run_id} --store {redact(url)}` once the store is back")
+        return None
+
+    def _push_kept(self, store: Any, url: str) -> None:
+        """Store the runs earlier sessions kept for this store (a failure leaves them for later)."""
+        from fieldeval.store.pending import push, read_unstored, unstored_runs
+        from fieldeval.store.url import redact
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for path in unstored_runs(self.reports_dir()):
+            try:
+                run = read_unstored(path)
+                if run.store != redact(url) or run.run_id == self.run_id:
+                    continue
+                push(run, store)
+            except Exception:  # noqa: BLE001  (a kept run that cannot go yet stays kept)
+                continue
+            if reporter is not None:
+                reporter.write_line(f"fieldeval: stored {run.run_id}, kept by an earlier session")
 
 
 def _git_commit(root: Path) -> str | None:

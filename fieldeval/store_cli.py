@@ -215,6 +215,23 @@ def _runs_merge(args: argparse.Namespace) -> int:
     return 0 if merged.gates_passed else 1
 
 
+def _runs_push(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fieldeval.errors import UsageError
+    from fieldeval.options import RUN_ID
+    from fieldeval.store.pending import RUNS_DIR, UNSTORED_FILE, push, read_unstored
+
+    if not RUN_ID.fullmatch(args.run_id):
+        raise UsageError(f"runs push {args.run_id!r}: not a run id; pass the id the session printed, e.g. run_3b9e204a")
+    run = read_unstored(Path(args.reports_dir) / RUNS_DIR / args.run_id / UNSTORED_FILE)
+    with _store(args, create=True) as store:
+        push(run, store)
+    count = sum(len(rows) for rows in run.rows.values())
+    print(f"stored {run.run_id} ({count} responses) in {store.url}")
+    return 0
+
+
 def _runs_delete(args: argparse.Namespace) -> int:
     with _store(args) as store:
         deleted = store.delete_run(args.run_id)
@@ -315,6 +332,11 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_merge.add_argument("--regression-tolerance", type=float, metavar="D", default=0.0, dest="regression_tolerance",
                          help="a drop the --baseline-run gate tolerates, in the metric's units (default: 0)")
     r_merge.set_defaults(func=_runs_merge)
+    r_push = runs_sub.add_parser("push", help="store a run its session kept because the store could not take it")
+    r_push.add_argument("run_id", metavar="RUN")
+    r_push.add_argument("--reports-dir", metavar="DIR", default="reports",
+                        help="the session's reports folder, holding runs/RUN/unstored.json (default: reports)")
+    r_push.set_defaults(func=_runs_push)
     r_delete = runs_sub.add_parser("delete", help="hard-delete a run and its responses")
     r_delete.add_argument("run_id", metavar="RUN")
     r_delete.set_defaults(func=_runs_delete)
@@ -338,5 +360,5 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list = model_sub.add_parser("list", help="registered models")
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m_list.set_defaults(func=_models_list)
-    for parser in (r_list, r_show, r_compare, r_merge, r_delete, m_add, m_list):
+    for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, m_add, m_list):
         _add_store(parser)

@@ -29,8 +29,10 @@ def free_port() -> int:
 class Server:
     """``python -m fieldeval.cli serve --port N --store URL`` as a subprocess, started and stopped by the test."""
 
-    def __init__(self, store: Path, *, token: str | None = None, port: int | None = None) -> None:
+    def __init__(self, store: Path, *, token: str | None = None, port: int | None = None,
+                 args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.store, self.token = store, token
+        self.args, self.extra_env = list(args or []), dict(env or {})
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -40,9 +42,10 @@ class Server:
         env.pop("FIELDEVAL_API_TOKEN", None)
         if self.token:
             env["FIELDEVAL_API_TOKEN"] = self.token
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fieldeval.cli", "serve", "--port", str(self.port), "--store", str(self.store),
-             "--evals-dir", str(ROOT / "evals")],
+             "--evals-dir", str(ROOT / "evals"), *self.args],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -54,6 +57,16 @@ class Server:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"server on port {self.port} did not answer in {START_TIMEOUT_S} s")
+
+    def children(self) -> list[int]:
+        """The pids of the server's child processes (Linux ``/proc``)."""
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                pids += [int(p) for p in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        return pids
 
     def kill(self) -> None:
         """SIGKILL: the server gets no chance to clean up (a crash)."""
@@ -69,10 +82,13 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
-        """``(status, decoded JSON)`` of one request."""
-        data = None if body is None else json.dumps(body).encode()
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None,
+             host: str | None = None, raw: bytes | None = None) -> tuple[int, Any]:
+        """``(status, decoded JSON)`` of one request (``raw``: the body bytes as given; ``host``: the Host header)."""
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         request = urllib.request.Request(self.base + path, data=data, method=method)
+        if host is not None:
+            request.add_header("Host", host)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         if token:

@@ -169,14 +169,14 @@ def test_restart_during_a_run_marks_it_interrupted_not_lost(tmp_path):
 def test_register_model_refuses_an_llm_model_name_and_a_second_endpoint(server):
     status, answer = server.call("POST", "/api/models", {"name": "gpt-4o-mini", "endpoint": "http://127.0.0.1:9/v1"})
     assert status == 422 and "installed llm model" in answer["message"]
-    body = {"name": "twice", "endpoint": "http://127.0.0.1:9/v1", "key_env": "TWICE_KEY"}
+    body = {"name": "twice", "endpoint": "http://127.0.0.1:9/v1", "provider": "local"}
     assert server.call("POST", "/api/models", body)[0] == 201
     moved = {**body, "endpoint": "http://127.0.0.1:10/v1"}
     status, answer = server.call("POST", "/api/models", moved)
     assert status == 409 and "replace=true" in answer["message"]
     assert server.call("POST", "/api/models?replace=true", moved)[0] == 201
     listed = [m for m in server.call("GET", "/api/models")[1] if m["name"] == "twice"]
-    assert [(m["endpoint"], m["key_env"]) for m in listed] == [("http://127.0.0.1:10/v1", "TWICE_KEY")]
+    assert [(m["endpoint"], m["provider"]) for m in listed] == [("http://127.0.0.1:10/v1", "local")]
 
 
 def test_compare_refuses_an_interrupted_run_unless_allow_partial(server):

@@ -2,7 +2,9 @@
 
 ``serve`` runs the FastAPI app (:func:`create_app`) on uvicorn, bound to
 loopback by default; any other address needs ``FIELDEVAL_API_TOKEN``, which
-every mutating request must then send as a bearer token. ``report`` writes the
+every mutating request must then send as a bearer token (whatever the host).
+It answers only to the loopback Host names and those ``--allowed-host`` adds,
+and a registration over HTTP may name only the keys ``--allow-key-env`` allows. ``report`` writes the
 dashboard of some runs as one self-contained HTML file (a CI artifact).
 """
 
@@ -15,16 +17,53 @@ from pathlib import Path
 
 from fieldeval.errors import UsageError
 
-__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "register_cli", "render_report"]
+__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "parse_key_envs", "register_cli", "render_report",
+           "serve_settings"]
 
 TOKEN_ENV = "FIELDEVAL_API_TOKEN"
 
 
-def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None):
+def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None,
+               allowed_hosts: list[str] | None = None, key_envs: dict[str, str | None] | None = None):
     """The FastAPI app on one store; see :func:`fieldeval.service.app.create_app`."""
     from fieldeval.service.app import create_app as build
 
-    return build(store_url, evals_dir=evals_dir, token=token, work_dir=work_dir)
+    return build(store_url, evals_dir=evals_dir, token=token, work_dir=work_dir, allowed_hosts=allowed_hosts,
+                 key_envs=key_envs)
+
+
+def parse_key_envs(entries: list[str], origin: str) -> dict[str, str | None]:
+    """``VAR`` or ``VAR=URL`` entries as {VAR: bound endpoint or None}; a usage error naming a bad entry."""
+    from fieldeval.endpoints import check_endpoint
+    from fieldeval.store.registration import KEY_ENV_NAME
+
+    out: dict[str, str | None] = {}
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise UsageError(f"{origin} {entry!r}: not a string; write VAR or VAR=URL")
+        var, sep, url = entry.partition("=")
+        var = var.strip()
+        if not KEY_ENV_NAME.fullmatch(var):
+            raise UsageError(f"{origin} {entry!r}: {var!r} is not a variable name; write VAR or VAR=URL "
+                             "(the variable's name, never the key itself)")
+        try:
+            out[var] = check_endpoint(url) if sep else None
+        except UsageError as error:
+            raise UsageError(f"{origin} {entry!r}: {str(error).removeprefix('--endpoint ')}") from None
+    return out
+
+
+def serve_settings(rootpath: Path) -> dict:
+    """``[tool.fieldeval.serve]`` of the project's pyproject.toml (``key_envs``, ``allowed_hosts``)."""
+    from fieldeval.settings import tool_settings
+
+    table = tool_settings(rootpath).get("serve", {})
+    if not isinstance(table, dict):
+        raise UsageError("[tool.fieldeval.serve]: not a table; write key_envs = [\"VAR\"] under it")
+    for key in ("key_envs", "allowed_hosts"):
+        if not isinstance(table.get(key, []), list):
+            raise UsageError(f"[tool.fieldeval.serve] {key}: not a list; write {key} = [\"...\"]")
+    return table
 
 
 def render_report(store_url: str | None, run_ids: list[str], *, base: str | None = None) -> str:
@@ -58,11 +97,18 @@ def _serve(args: argparse.Namespace) -> int:
     if not evals_dir.is_dir():
         raise UsageError(f"--evals-dir {evals_dir}: no such folder; run from the project root or pass "
                          "the folder with test_ibf.py, test_ebs.py and test_microbiorel.py")
+    settings = serve_settings(Path.cwd())
+    key_envs = {**parse_key_envs(settings.get("key_envs", []), "[tool.fieldeval.serve] key_envs"),
+                **parse_key_envs(args.allow_key_env, "--allow-key-env")}
+    hosts = [str(h).strip().lower() for h in [*settings.get("allowed_hosts", []), *args.allowed_host] if str(h).strip()]
+    if args.host not in ("0.0.0.0", "::"):
+        hosts.append(f"[{args.host}]" if ":" in args.host else args.host.lower())
     import uvicorn
 
     from fieldeval.store import default_store_url
 
-    app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token)
+    app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token, allowed_hosts=hosts,
+                     key_envs=key_envs)
     print(f"fieldeval: serving http://{args.host}:{args.port}/ (API docs at /docs)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
@@ -99,6 +145,13 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     serve.add_argument("--store", metavar="URL", default=None, help=store_help)
     serve.add_argument("--evals-dir", metavar="DIR", default="evals",
                        help="folder of the benchmark modules the jobs run (default: evals)")
+    serve.add_argument("--allow-key-env", metavar="VAR[=URL]", action="append", default=[],
+                       help="let POST /api/models name this key (environment variable or `llm keys` alias); "
+                            "=URL binds it to that endpoint, else only endpoints registered with it from the "
+                            "command line (repeatable; also [tool.fieldeval.serve] key_envs)")
+    serve.add_argument("--allowed-host", metavar="NAME", action="append", default=[],
+                       help="answer requests with this Host name too (repeatable; default: loopback names only, "
+                            "plus --host when it is one address)")
     serve.set_defaults(func=_serve)
     report = sub.add_parser("report", help="the dashboard of some runs as one self-contained HTML file")
     report.add_argument("run_ids", metavar="RUN", nargs="+")

@@ -18,37 +18,62 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from fieldeval.endpoints import check_endpoint, register_endpoint
+from fieldeval.endpoints import check_endpoint, check_key_binding, register_endpoint
 from fieldeval.errors import UsageError
 from fieldeval.service import dashboard, views
 from fieldeval.store.compare import PartialRunError
-from fieldeval.store.registration import ModelConflict
+from fieldeval.store.registration import ModelConflict, check_model_name
 from fieldeval.service.jobs import JobTable, Runner
 
 BENCHMARK_NAMES = ("ibf", "ebs", "microbiorel")
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+INT32_MAX = 2**31 - 1  # the models table's INTEGER columns (PostgreSQL's integer)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 class ModelIn(BaseModel):
-    """``POST /api/models``: the seed's registration body."""
+    """``POST /api/models``: the seed's registration body, within the ``models`` table's column ranges."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     name: str = Field(min_length=1, max_length=200)
     endpoint: str = Field(min_length=1, max_length=2000)
     provider: str | None = Field(default=None, max_length=200)
-    context_window: int | None = Field(default=None, gt=0)
-    parameters_billion: float | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    parameters_billion: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     notes: str | None = Field(default=None, max_length=5000)
-    key_env: str | None = Field(default=None, max_length=200, description="environment variable holding the API key")
+    key_env: str | None = Field(default=None, max_length=200,
+                                description="a key the server's operator allows for this endpoint "
+                                            "(fieldeval serve --allow-key-env VAR)")
+
+    @field_validator("name")
+    @classmethod
+    def _name_rules(cls, value: str) -> str:
+        return _as_field_error(check_model_name, value)
+
+    @field_validator("provider", "notes", "key_env")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("contains a NUL character; send plain text")
+        return value
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint_rules(cls, value: str) -> str:
-        try:
-            return check_endpoint(value)
-        except UsageError as error:
-            raise ValueError(str(error).removeprefix("--endpoint").lstrip(": ")) from None
+        return _as_field_error(check_endpoint, value)
+
+
+def _as_field_error(check, value: str) -> str:
+    """``check(value)``; its usage error as the field's validation error (422 naming the field)."""
+    try:
+        return check(value)
+    except UsageError as error:
+        text = str(error)
+        for prefix in ("--endpoint", "models add"):
+            text = text.removeprefix(prefix)
+        raise ValueError(text.lstrip(": ")) from None
 
 
 class EvaluationIn(BaseModel):
@@ -62,6 +87,13 @@ class EvaluationIn(BaseModel):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(default=512, ge=1, le=32768)
     label: str | None = Field(default=None, max_length=500)
+
+    @field_validator("model_id", "label")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("contains a control character (NUL, newline, ...); send one line of plain text")
+        return value
 
     @field_validator("corpus_version")
     @classmethod
@@ -123,7 +155,8 @@ def _resolve_model(store, model_id: str) -> tuple[str, str | None]:
     return model_id, None
 
 
-def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None) -> FastAPI:
+def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None,
+               allowed_hosts: list[str] | None = None, key_envs: dict[str, str | None] | None = None) -> FastAPI:
     """The service on one store.
 
     Args:
@@ -131,6 +164,11 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         evals_dir: the folder of ``test_<benchmark>.py`` modules the jobs run.
         token: when set, every mutating request needs ``Authorization: Bearer <token>``.
         work_dir: where job progress files go (default: a new temporary folder).
+        allowed_hosts: the ``Host`` names the service answers to besides the loopback names; any other
+            host (a DNS-rebinding page, say) gets 400.
+        key_envs: the keys (environment variables or ``llm keys`` aliases) a ``POST /api/models`` may name,
+            each with the endpoint it is bound to, or None: only at endpoints the operator already
+            registered it with (:func:`fieldeval.endpoints.check_key_binding`).
 
     Returns:
         The FastAPI app; its lifespan starts the job runner and marks jobs a previous server left as interrupted.
@@ -154,6 +192,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 
     app = FastAPI(title="fieldeval", description="Register models, run evaluations, compare runs.",
                   version="1", lifespan=lifespan)
+    hosts = list(dict.fromkeys([*LOOPBACK_HOSTS, *(allowed_hosts or [])]))
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
+    allowed_keys = dict(key_envs or {})
 
     @app.middleware("http")
     async def _require_token(request: Request, call_next):
@@ -196,6 +237,11 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         refused (409) unless ``replace=true``.
         """
         fields = body.model_dump(exclude={"name", "endpoint", "key_env"})
+        if body.key_env is not None:  # keys never come from the API: only those the operator allowed here
+            try:
+                check_key_binding(store, body.key_env, body.endpoint, allowed_keys)
+            except UsageError as error:
+                return _error(422, f"key_env: {error}")
         try:
             record, created = register_endpoint(store, body.name, body.endpoint, key_env=body.key_env,
                                                 replace=replace, **fields)

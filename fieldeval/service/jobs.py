@@ -157,12 +157,25 @@ class JobTable:
         return ids
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the server thread that started it dies (Linux), so no run outlives a crash."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 10.0
+CHILD_ENV_DROPPED = ("FIELDEVAL_API_TOKEN",)  # the job needs no service secret
+
+
+def _die_with_parent(parent_pid: int):
+    """The child's pre-exec step: SIGKILL when the server thread that started it dies (Linux's
+    ``PR_SET_PDEATHSIG``), so a crashed or ``kill -9``-ed server leaves no run making model calls;
+    a server already gone before the flag was set kills the child at once."""
+
+    def step() -> None:
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # not Linux: the parent-liveness check below still applies once
+            pass
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return step
 
 
 class Runner:
@@ -191,7 +204,11 @@ class Runner:
         self._stopping.set()
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            proc.terminate()
+            proc.terminate()  # the run saves itself as interrupted, or is killed after the grace period
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         self._queue.put(None)
         self._thread.join(timeout=15)
         self.table.interrupt_active()
@@ -231,10 +248,10 @@ class Runner:
         from fieldeval.store import redact
 
         cmd = self.command(job, progress, self.store_url)
-        env = {**os.environ, "FIELDEVAL_STORE": self.store_url}
+        env = {**{k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROPPED}, "FIELDEVAL_STORE": self.store_url}
         with open(folder / "stderr.txt", "w+b") as stderr, open(folder / "stdout.txt", "wb") as stdout:
             self._proc = proc = subprocess.Popen(cmd, cwd=self.evals_dir.parent, env=env, stdout=stdout, stderr=stderr,
-                                                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(os.getpid()))
             shown = [redact(part) if part == self.store_url else part for part in cmd]
             self.table.update(job.run_id, status="running", started_at=now_iso(), pid=proc.pid, command=shown)
             seen = None
@@ -255,7 +272,8 @@ class Runner:
             tail = (tail + "\n" + stdout_text[-STDERR_TAIL_CHARS:]).strip()[-STDERR_TAIL_CHARS:]
         self.table.update(job.run_id, status="completed" if returncode in (0, 1) else "failed", finished_at=now_iso(),
                           pid=None, returncode=returncode, stderr_tail=tail or None)
-        shutil.rmtree(folder / "reports", ignore_errors=True)
+        if returncode in (0, 1):  # stored; otherwise a run the store could not take stays for `fieldeval runs push`
+            shutil.rmtree(folder / "reports", ignore_errors=True)
 
     def _read_progress(self, run_id: str, path: Path, seen: Any) -> Any:
         """Copy the progress file's counts into the job when it changed; returns what was read."""

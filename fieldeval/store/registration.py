@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from dataclasses import asdict, dataclass
@@ -15,6 +16,23 @@ from fieldeval.store.schema import Tables, iso, utcnow
 
 
 KEY_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a model name is one line of printable text that cannot be read as an option: no control characters
+# (NUL, newline, ...), no leading dash or space, at most 200 characters
+MODEL_NAME = re.compile(r"[^\x00-\x20\x7f-\x9f\-][^\x00-\x1f\x7f-\x9f]{0,199}")
+INT32_MAX = 2**31 - 1
+
+
+def check_model_name(name: str) -> str:
+    """The name, after the registry's rules; a usage error naming the rule it breaks.
+
+    Example:
+        >>> check_model_name("phi-3-mini-4k")
+        'phi-3-mini-4k'
+    """
+    if MODEL_NAME.fullmatch(name or "") is None:
+        raise UsageError(f"models add {name!r}: not a model name; use one line of printable text, at most 200 "
+                         "characters, not starting with '-' or a space (e.g. phi-3-mini-4k)")
+    return name
 
 
 class ModelConflict(UsageError):
@@ -109,12 +127,19 @@ class ModelRegistry:
         name, endpoint = (name or "").strip(), (endpoint or "").strip()
         if not name:
             raise UsageError("models add NAME: the name is empty; pass the model name the endpoint serves")
+        check_model_name(name)
         if "://" not in endpoint:
             raise UsageError(f"--endpoint {endpoint!r}: not a URL; pass the server's base URL, "
                              "e.g. http://localhost:11434/v1")
         for key in ("context_window", "parameters_billion"):
-            if fields.get(key) is not None and fields[key] <= 0:
-                raise UsageError(f"--{key.replace('_', '-')} {fields[key]}: must be positive")
+            value = fields.get(key)
+            if value is not None and not 0 < value < math.inf:
+                raise UsageError(f"--{key.replace('_', '-')} {value}: must be a positive, finite number")
+        if fields.get("context_window") is not None and fields["context_window"] > INT32_MAX:
+            raise UsageError(f"--context-window {fields['context_window']}: at most {INT32_MAX} tokens")
+        for key in ("provider", "notes"):
+            if isinstance(fields.get(key), str) and "\x00" in fields[key]:
+                raise UsageError(f"--{key} contains a NUL character; pass plain text")
         key_env = fields.get("key_env")
         if key_env is not None and not KEY_ENV_NAME.fullmatch(key_env):
             raise UsageError("--key-env: not an environment variable name; pass the variable's name "
