@@ -6,6 +6,7 @@ from fieldeval.benchmark import Benchmark, CliGroups, Metric, RunMeta, StoreColu
 from fieldeval.client import Completion, ModelClient, complete, completion_fields
 from fieldeval.errors import UsageError
 from fieldeval.failures import ModelCallError
+from fieldeval.inputs import write_tsv
 
 __all__ = [
     "Benchmark",
@@ -21,4 +22,5 @@ __all__ = [
     "completion_fields",
     "get_benchmark",
     "option",
+    "write_tsv",
 ]

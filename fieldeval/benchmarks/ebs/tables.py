@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from fieldeval.errors import UsageError
+from fieldeval.inputs import write_tsv
 from fieldeval.stats import mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs
 
@@ -112,21 +112,21 @@ def write_scored(df, path: Path) -> None:
     """Write a scored table as ``df.to_csv(path, sep="\\t", index=False)`` would, None and NA as empty cells.
 
     Lines are joined directly when no cell needs quoting (no tab, newline,
-    carriage return or double quote), several times faster than ``to_csv``;
-    otherwise the csv module quotes the cells as ``to_csv`` does.
+    carriage return, double quote or NUL), several times faster than ``to_csv``;
+    otherwise every cell goes through :func:`fieldeval.inputs.tsv_cell`, which
+    quotes as ``to_csv`` does and also quotes a bare carriage return (``to_csv``
+    leaves it bare, and ``read_csv`` then splits the row), and writes NUL as ``\\x00``.
     """
     header = [str(name) for name in df.columns]
     columns = [_cells(df.iloc[:, position]) for position in range(df.shape[1])]
     text = "\n".join(map("\t".join, [header, *zip(*columns)])) + "\n"
-    plain = ('"' not in text and "\r" not in text and text.count("\n") == len(df) + 1
+    plain = ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(df) + 1
              and text.count("\t") == (len(df) + 1) * (len(header) - 1))
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-        if plain:
+    if plain:
+        with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
-        else:
-            writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(zip(*columns))
+    else:
+        write_tsv(path, header, zip(*columns))
 
 
 def _cells(column) -> list[str]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
-from fieldeval.inputs import read_tsv
+from fieldeval.inputs import read_tsv, write_tsv
 from scorers.ibf import DIMENSIONS, reading, run_scores
 
 SCORES_FILE = "scores.tsv"
@@ -18,20 +17,12 @@ SCORE_COLUMNS = ["item_id", *DIMENSIONS]
 TABLE_COLUMNS = ["model", "item_id", "hazard", "region", "corpus_version", *DIMENSIONS, "scorer",
                  "unscored_reason", "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd",
                  "cached", "response_text", "judge_response"]
-def _cell(value) -> str:
-    return "" if value is None else str(value)
-
-
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     """Write the run's scores as ``reports/ibf/scores.tsv`` (the columns ``fieldeval score ibf`` reads)."""
     folder = Path(reports_dir) / "ibf"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SCORES_FILE
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(TABLE_COLUMNS)
-        for row in rows:
-            writer.writerow([_cell(row.get(c)) for c in TABLE_COLUMNS])
+    write_tsv(path, TABLE_COLUMNS, ([row.get(c) for c in TABLE_COLUMNS] for row in rows))
     return [path]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
-from fieldeval.inputs import read_tsv_frame
+from fieldeval.inputs import read_tsv_frame, write_tsv
 from fieldeval.stats import mean_metric, statistic_metric
 from scorers.microbiorel import (
     RELATION_CLASSES,
@@ -59,7 +59,8 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows).reindex(columns=PREDICTION_COLUMNS)
     path = folder / "predictions.tsv"
-    df.to_csv(path, sep="\t", index=False, errors="backslashreplace")
+    cells = df.astype(object).where(df.notna(), None).itertuples(index=False, name=None)
+    write_tsv(path, PREDICTION_COLUMNS, cells)  # as to_csv writes it, with every control character quoted
     return [path]
 
 

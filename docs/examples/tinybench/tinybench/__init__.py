@@ -6,7 +6,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fieldeval import Benchmark, Metric, RunMeta, UsageError, option
+from fieldeval import Benchmark, Metric, RunMeta, UsageError, option, write_tsv
 from fieldeval.stats import mean_metric
 
 
@@ -46,13 +46,10 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
-    """reports/arith/answers.tsv."""
+    """reports/arith/answers.tsv; write_tsv quotes any text a model answers, so the table reads back."""
     path = Path(reports_dir) / "arith" / "answers.tsv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(["model", "case", "answer", "correct"])
-        writer.writerows([r["model"], r["case"], r["answer"], r["correct"]] for r in rows)
+    write_tsv(path, ["model", "case", "answer", "correct"], ([r["model"], r["case"], r["answer"], r["correct"]] for r in rows))
     return [path]
 
 
