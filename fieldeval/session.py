@@ -7,7 +7,6 @@ global), so sessions in one process, as pytester runs them, never share it.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections import Counter, defaultdict
@@ -316,8 +315,11 @@ class EvalSession:
     # --- the run store -------------------------------------------------------------------------
 
     def store_url(self) -> str | None:
-        """``--store``, else ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db`` under the project root; None: no store."""
-        url = self.options.store or os.environ.get("FIELDEVAL_STORE") or str(self.config.rootpath / "reports" / "fieldeval.db")
+        """``--store``, else the one default every command uses (:func:`~fieldeval.store.location.default_store_url`
+        from pytest's rootdir); None: no store."""
+        from fieldeval.store.location import default_store_url
+
+        url = self.options.store or default_store_url(self.config.rootpath)
         return None if url.lower() == "none" else url
 
     def run_status(self, exitstatus: int) -> str:

@@ -72,7 +72,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs in {store.url}" + (" matching the filters" if args.benchmark or args.corpus_version else ""))
         return 0
-    table = Table(title=escape(f"runs in {store.url}"), title_justify="left")
+    print(f"runs in {store.url}")  # a plain line: which store this is, never wrapped or cut
+    table = Table()
     for column in ["run_id", "created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
         table.add_column(column, justify="right" if column == "items" else "left")
     for run in runs:
