@@ -39,7 +39,7 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
         if gate.bench not in ran:
             continue
         name = f"{gate.bench}.{gate.metric}"
-        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.model in (None, m)}
+        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.applies_to(m)}
         if not entries and gate.model is not None:
             continue  # a gate of another model (e.g. a baseline's floor) does not apply to this run
         if not entries:
