@@ -308,18 +308,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     state.end_progress(terminalreporter)
     if not state.has_results():
         return
-    from fieldeval.summary import render_summary
+    from fieldeval.summary import gate_line, render_summary
 
     payload = state.payload()
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
-    for gate in payload["gates"]:
-        if gate.get("reason"):
-            terminalreporter.write_line(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}",
-                                        red=True)
-        elif not gate["passed"]:
-            terminalreporter.write_line(
-                f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value "
-                f"{gate['value']} is below the threshold {gate['threshold']}", red=True)
+    for gate in payload["gates"]:  # passed gates too, so a reader sees what was checked
+        terminalreporter.write_line(gate_line(gate), red=not gate["passed"], green=gate["passed"])
     for line in state.error_lines():
         terminalreporter.write_line(line, red=True)

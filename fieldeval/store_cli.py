@@ -164,13 +164,13 @@ def _runs_compare(args: argparse.Namespace) -> int:
 
 def _runs_merge(args: argparse.Namespace) -> int:
     import os
-    from pathlib import Path
 
     from fieldeval.settings import tool_settings
+    from fieldeval.store.location import project_root
     from fieldeval.store.groups import merge_group
-    from fieldeval.summary import render_markdown, render_summary
+    from fieldeval.summary import gate_line, render_markdown, render_summary
 
-    tool = tool_settings(Path.cwd())
+    tool = tool_settings(project_root())  # the thresholds of the project the command runs in
     with _store(args) as store:
         merged = merge_group(store, args.group, tool)
         run = store.get_run(merged.run_id) if args.json else None
@@ -184,9 +184,7 @@ def _runs_merge(args: argparse.Namespace) -> int:
         print(f"merged {len(merged.shards)} shards of run group {args.group} into {merged.run_id}")
         print(render_summary(merged.payload), end="")
     for gate in merged.payload["gates"]:
-        if not gate["passed"]:
-            print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value {gate['value']} "
-                  f"is below the threshold {gate['threshold']}", file=sys.stderr)
+        print(gate_line(gate), file=sys.stdout if gate["passed"] else sys.stderr)
     return 0 if merged.gates_passed else 1
 
 

@@ -31,6 +31,17 @@ def format_metric(entry: dict | None) -> str:
     return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
 
 
+def gate_line(gate: dict) -> str:
+    """One line per gate result, passed or failed, e.g. ``passed gate ebs.ontology_score for m: lower value 0.842 >= 0.8``."""
+    head = f"gate {gate['metric']} for {gate['model']}"
+    if gate.get("reason"):
+        return f"FAILED {head}: {gate['reason']}"
+    value = f"{gate['gate_on']} value {round(gate['value'], 3):g}"
+    if gate["passed"]:
+        return f"passed {head}: {value} >= {gate['threshold']:g}"
+    return f"FAILED {head}: {value} is below the threshold {gate['threshold']:g}"
+
+
 def render_summary(payload: dict, *, width: int = 200) -> str:
     """One rich table per benchmark: headline metrics as rows, one column per model, value (ci95).
 

@@ -81,6 +81,7 @@ def test_threshold_below_the_score_passes_and_above_fails(project):
     passing, _ = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.6")
     failing, report = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.7")
     assert passing.ret == 0
+    passing.stdout.fnmatch_lines(["passed gate ebs.ontology_score for fake-ebs: point value 0.65 >= 0.6"])  # shown too
     assert failing.ret == 1
     failing.stdout.fnmatch_lines(["*FAILED gate ebs.ontology_score for fake-ebs: point value 0.65 is below the "
                                   "threshold 0.7*"])
