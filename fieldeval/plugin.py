@@ -102,14 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SIGNALS] = interrupts = Interrupts()
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
-    if worker:
-        return
+    if worker or _only_informs(config):
+        return  # --help and --version print without the data; --collect-only loads it while collecting
     exit_on_usage_error(state.prepare)
     if selected and not config.option.collectonly:
         files = RunFiles(state.reports_dir(), state.run_id, _report_path(config, engine.report))
         config.stash[_FILES] = files
         files.mark("running", started_at=state.started_at)
         _configure_json_report(config)
+
+
+def _only_informs(config: pytest.Config) -> bool:
+    """Whether pytest only prints help, its version, fixtures or markers: nothing is loaded or checked for these."""
+    option = config.option
+    return bool(getattr(option, "help", False) or getattr(option, "version", False)
+                or getattr(option, "showfixtures", False) or getattr(option, "markers", False))
 
 
 def _report_path(config: pytest.Config, explicit: str | None) -> Path:

@@ -114,6 +114,8 @@ class EvalSession:
             from fieldeval.store import check_store
 
             check_store(url, create=True)
+        if self.config.option.collectonly:
+            return  # collection loads what its items need; nothing is loaded (or downloaded) before
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)

@@ -37,9 +37,9 @@ class IbfOptions:
         "--judge-model", metavar="MODEL",
         help="llm model that grades IBF responses (default: the offline reference scorer)"))
     temperature: float = field(default=DEFAULT_TEMPERATURE, metadata=option(
-        "--ibf-temperature", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
+        "--ibf-temperature", metavar="T", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
     max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
-        "--ibf-max-tokens", help=f"generation budget for IBF answers (default: {DEFAULT_MAX_TOKENS})"))
+        "--ibf-max-tokens", metavar="N", help=f"generation budget for IBF answers (default: {DEFAULT_MAX_TOKENS})"))
 
 
 @dataclass(frozen=True)
