@@ -42,12 +42,31 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     out["accuracy"] = mean_metric([float(g == p) for g, p in zip(golds, preds)], seed=seed, resamples=resamples)
     out["parse_rate"] = mean_metric([float(p is not None) for p in preds], seed=seed, resamples=resamples)
     scores = score_relations(golds, preds)
+    f1_ci = per_class_f1_ci95(codes, seed=seed, resamples=resamples)
     out["per_class"] = {name: {"precision": round(s.precision, 6), "recall": round(s.recall, 6),
-                               "f1": round(s.f1, 6), "support": s.support}
-                        for name, s in scores.per_class.items()}
+                               "f1": round(s.f1, 6), "f1_ci95": f1_ci[i], "support": s.support}
+                        for i, (name, s) in enumerate(scores.per_class.items())}
     out["confusion_matrix"] = scores.confusion_matrix
     out["re_mode"] = sorted({row.get("re_mode") or "direct" for row in rows})
     out["re_candidates"] = sorted({row.get("re_candidates") or "all" for row in rows})
+    return out
+
+
+def per_class_f1_ci95(codes, *, seed: int, resamples: int) -> list[list[float | None]]:
+    """Each class's F1 ci95 ``[lo, hi]`` from one seeded bootstrap over the items (the resamples of
+    :func:`~fieldeval.stats.statistic_metric`); F1 counts as 0 in a resample where it is undefined."""
+    import numpy as np
+
+    from fieldeval.stats import resample_indices
+    from scorers.microbiorel import per_class_f1_batch
+
+    n_classes = len(RELATION_CLASSES)
+    if len(codes) == 0:
+        return [[None, None]] * n_classes
+    f1 = per_class_f1_batch(codes[resample_indices(len(codes), resamples=resamples, seed=seed)], n_classes=n_classes)
+    out = []
+    for lo, hi in np.percentile(f1, [2.5, 97.5], axis=0).T:
+        out.append([round(float(lo), 6), round(float(hi), 6)])
     return out
 
 
