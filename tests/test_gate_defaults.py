@@ -45,3 +45,10 @@ def test_a_run_with_no_responses_at_all_fails_the_default_gate():
     results = gate_results(gates, {}, on="lower", ran=["ebs"])
     assert [(r["metric"], r["passed"], r["reason"]) for r in results] == [
         ("ebs.ontology_score", False, "ebs scored no items")]
+
+
+def test_a_default_every_evaluated_model_overrides_adds_no_failing_gate():
+    # the offline baseline's own floor replaces "*"; the default must not then fail for "no items"
+    gates = load_thresholds(tool_settings(ROOT), [])
+    results = gate_results(gates, {"ebs": {"ebs-baseline": EBS_0655}}, on="point", ran=["ebs"])
+    assert [(r["model"], r["threshold"]) for r in results] == [("ebs-baseline", 0.8)]

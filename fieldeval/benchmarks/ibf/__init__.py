@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fieldeval.benchmark import Benchmark, Metric, RunMeta, StoreColumns, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, StoreColumns, option
 from fieldeval.benchmarks.ibf.aggregate import aggregate, summary_notes
-from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, load_corpus
+from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, available_versions, load_corpus
 from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
 from fieldeval.errors import UsageError
 from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA
@@ -88,4 +88,8 @@ BENCHMARK = Benchmark(
     register_cli=register_cli,
     run_meta=_run_meta,
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
+    dashboard=Dashboard(charts=(
+        Chart("radar", "IBF dimensions (0-4), one polygon per run", metrics=tuple(DIMENSIONS), high=4.0),
+    )),
+    corpus_versions=available_versions,
 )
