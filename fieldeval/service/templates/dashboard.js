@@ -28,17 +28,22 @@
     if (el && window.Plotly) Plotly.react(el, traces, lay, {displayModeBar: false, responsive: true});
   };
 
+  const has = (x) => x !== null && x !== undefined;
+  const ci = (m, digits) => (m && has(m.lo) && has(m.hi) ? m.lo.toFixed(digits || 3) + "–" + m.hi.toFixed(digits || 3) : "-");
+
   function errorBars(values) {
     return {type: "data", symmetric: false, visible: true, color: "#333", thickness: 1.2, width: 3,
-            array: values.map((m) => (m && m.hi !== null && m.value !== null ? m.hi - m.value : 0)),
-            arrayminus: values.map((m) => (m && m.lo !== null && m.value !== null ? m.value - m.lo : 0))};
+            array: values.map((m) => (m && has(m.hi) && has(m.value) ? m.hi - m.value : 0)),
+            arrayminus: values.map((m) => (m && has(m.lo) && has(m.value) ? m.value - m.lo : 0))};
   }
 
   function bars(e, categories, values, hoverUnit) {
     return {type: "bar", name: name(e), x: categories.map((c) => esc(words(c))), marker: {color: colour(e)},
-            y: values.map((m) => (m && m.value !== null ? m.value : 0)), error_y: errorBars(values),
-            text: values.map((m) => (m && m.value === null ? "no score (errored)" : "")), textposition: "outside",
-            customdata: values.map((m) => (m && m.lo !== null ? m.lo.toFixed(3) + "–" + m.hi.toFixed(3) : "-")),
+            y: values.map((m) => (m && has(m.value) ? m.value : 0)), error_y: errorBars(values),
+            text: values.map((m) => (m && !has(m.value) ? (e.errors ? "errored: no score" : "no score") : "")),
+            textposition: "outside", cliponaxis: false, constraintext: "none", textangle: -90,
+            textfont: {color: "#b00020", size: 11},
+            customdata: values.map((m) => ci(m)),
             hovertemplate: "%{x}: %{y:.3f} (ci95 %{customdata})" + (hoverUnit || "") + "<extra>%{fullData.name}</extra>"};
   }
 
@@ -72,6 +77,10 @@
     draw(runs, corpus);
   }
 
+  function swatches() {
+    $$(".swatch[data-key]").forEach((el) => { el.style.background = colour({key: el.dataset.key}); });
+  }
+
   function legends(bench, entries) {
     $$('ul.legend[data-bench="' + CSS.escape(bench) + '"]').forEach((ul) => {
       ul.textContent = "";
@@ -101,26 +110,27 @@
         if (!e) return;
         const m = e.charts[index];
         plot(box, [{type: "heatmap", z: m.matrix, x: m.columns.map((c) => esc(words(c))), y: m.labels.map((c) => esc(words(c))),
-                    colorscale: "Blues", colorbar: {thickness: 12},
+                    colorscale: "Blues", reversescale: true, colorbar: {thickness: 12, title: {text: "items"}},
                     hovertemplate: "gold %{y}, predicted %{x}: %{z}<extra></extra>"}],
-             layout(chart.title + ": " + label(e), chart.x_title, chart.y_title,
+             layout(chart.title, chart.x_title, chart.y_title,  // the run is named in the caption above
                     {yaxis: {title: {text: esc(chart.y_title)}, automargin: true, autorange: "reversed", dtick: 1},
-                     xaxis: {title: {text: esc(chart.x_title)}, automargin: true, tickangle: -45, dtick: 1}}));
+                     xaxis: {title: {text: esc(chart.x_title)}, automargin: true, tickangle: -60,
+                             dtick: narrow() ? 2 : 1, tickfont: {size: narrow() ? 9 : 11}}}));
       });
       return;
     }
     if (!el) return;
     if (chart.kind === "radar") {
-      const axis = chart.metrics.map(words);
+      const axis = chart.metrics.map((m) => words(m).replace(/ /g, "<br>"));  // two short lines: never cut
       plot(el, entries.map((e) => {
         const values = chart.metrics.map((m) => e.charts[index][m]);
         const r = values.map((m) => m.value);
-        const ci = values.map((m) => (m.lo === null ? "-" : m.lo.toFixed(2) + "–" + m.hi.toFixed(2)));
-        return {type: "scatterpolar", r: r.concat([r[0]]), theta: axis.concat([axis[0]]), customdata: ci.concat([ci[0]]),
+        const cis = values.map((m) => ci(m, 2));
+        return {type: "scatterpolar", r: r.concat([r[0]]), theta: axis.concat([axis[0]]), customdata: cis.concat([cis[0]]),
                 fill: "toself", opacity: 0.55, name: name(e), line: {color: colour(e)}, marker: {color: colour(e)},
                 hovertemplate: "%{theta}: %{r:.2f} (ci95 %{customdata})<extra>%{fullData.name}</extra>"};
       }), {title: {text: esc(chart.title), x: 0, xanchor: "left", font: {size: 15}}, showlegend: false,
-           margin: {t: 60, r: 70, b: 30, l: 70},
+           margin: narrow() ? {t: 60, r: 60, b: 40, l: 60} : {t: 60, r: 80, b: 40, l: 80},
            polar: {radialaxis: {range: [chart.low, chart.high], title: {text: "score"}, angle: 90, tickangle: 90},
                    angularaxis: {tickfont: {size: narrow() ? 10 : 12}}}});
       return;
@@ -131,10 +141,10 @@
       const values = categories.map((c) => key(e)[c] || null);
       const trace = bars(e, categories, values);
       if (chart.kind === "classes") {
-        trace.customdata = values.map((m) => (m ? (m.lo === null ? "-" : m.lo.toFixed(3) + "–" + m.hi.toFixed(3)) + ", support " + m.support : "-"));
+        trace.customdata = values.map((m) => (m ? ci(m) + ", support " + m.support : "-"));
       }
       if (chart.kind === "shares") {
-        trace.customdata = values.map((m) => (m ? m.lo.toFixed(3) + "–" + m.hi.toFixed(3) + ", " + m.count + " items" : "-"));
+        trace.customdata = values.map((m) => (m ? ci(m) + ", " + m.count + " items" : "-"));
       }
       return trace;
     }), layout(chart.title, chart.x_title, chart.y_title,
@@ -239,6 +249,7 @@
   $$(".filters input").forEach((el) => el.addEventListener("input", applyFilters));
   $$(".filters select, .select-run").forEach((el) => el.addEventListener("change", applyFilters));
   setUpForm();
+  swatches();
   applyFilters();
   let resized = null;
   window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(applyFilters, 200); });
