@@ -14,7 +14,7 @@ from sklearn.metrics import f1_score, precision_score, recall_score
 from scorers.microbiorel import RELATION_CLASSES, normalize_relation
 
 JSON_KEYS = {"weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate", "n",
-             "per_class"}
+             "per_class", "ci95"}
 
 
 def fieldeval(*args: str) -> subprocess.CompletedProcess:

@@ -60,8 +60,18 @@ def run_payload(scores: list[list[int | None]], *, model: str | None = None) -> 
         "threshold_pass_rate": None if tpr is None else round(tpr, 4),
         "unscored": {d: sum(s[i] is None for s in scores) for i, d in enumerate(DIMENSIONS)},
         "reading": reading(mds, tpr),
+        "ci95": _intervals(scores),
     }
     return payload
+
+
+def _intervals(scores: list[list[int | None]]) -> dict[str, list[float | None]]:
+    """Each dimension's, MDS's and TPR's ci95, from the run aggregate's seeded bootstrap."""
+    from fieldeval.benchmarks.ibf.aggregate import aggregate
+    from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    out = aggregate([dict(zip(DIMENSIONS, item)) for item in scores], seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES)
+    return {name: out[name]["ci95"] for name in [*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate"]}
 
 
 def score_table(path: Path) -> dict:
@@ -77,14 +87,19 @@ def _format_run(payload: dict) -> list[str]:
     def num(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
+    def ci(name, digits=2):
+        lo, hi = payload["ci95"][name]
+        return "ci95 -" if lo is None else f"ci95 {lo:.{digits}f}-{hi:.{digits}f}"
+
     head = f"{payload.get('model_name') or 'run'}: {payload['total_items']} items"
     lines = [head]
     for dim, value in payload["scores"].items():
-        lines.append(f"  {dim:24s} {num(value)}  (unscored {payload['unscored'][dim]})")
+        lines.append(f"  {dim:24s} {num(value)}  ({ci(dim)}; unscored {payload['unscored'][dim]})")
     r = payload["reading"]
-    lines.append(f"  {'mean_dimension_score':24s} {num(payload['mean_dimension_score'])}  {r['mds_band'] or '-'}")
+    lines.append(f"  {'mean_dimension_score':24s} {num(payload['mean_dimension_score'])}  "
+                 f"({ci('mean_dimension_score')})  {r['mds_band'] or '-'}")
     lines.append(f"  {'threshold_pass_rate':24s} {num(payload['threshold_pass_rate'], 4)}  "
-                 f"{'below 0.4' if r['tpr_meets_minimum'] is False else ''}".rstrip())
+                 f"({ci('threshold_pass_rate', 4)})  {'below 0.4' if r['tpr_meets_minimum'] is False else ''}".rstrip())
     lines.append(f"  reading: {r['overall'] or '-'}")
     return lines
 

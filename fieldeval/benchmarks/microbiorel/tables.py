@@ -128,6 +128,9 @@ def read_predictions(path: Path, *, model: str | None = None):
     return df
 
 
+SCORE_KEYS = ["weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate"]
+
+
 def score_table(df) -> dict:
     """The CLI's JSON object for a checked predictions table."""
     golds = df["gold"].tolist()
@@ -143,7 +146,17 @@ def score_table(df) -> dict:
         "n": scores.n,
         "per_class": {name: {"precision": s.precision, "recall": s.recall, "f1": s.f1, "support": s.support}
                       for name, s in scores.per_class.items()},
+        "ci95": _intervals(golds, preds),
     }
+
+
+def _intervals(golds: list[str], preds: list[str | None]) -> dict[str, list[float | None]]:
+    """Each headline metric's ci95, from the run aggregate's seeded bootstrap."""
+    from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    out = aggregate([{"gold": g, "prediction": p} for g, p in zip(golds, preds)], seed=DEFAULT_SEED,
+                    resamples=DEFAULT_RESAMPLES)
+    return {key: out[key]["ci95"] for key in SCORE_KEYS}
 
 
 def _score_re(args: argparse.Namespace) -> int:
@@ -152,8 +165,9 @@ def _score_re(args: argparse.Namespace) -> int:
         print(json.dumps(result, sort_keys=True))
         return 0
     print(f"MicrobioRel exact-match scores ({result['n']} predictions)")
-    for key in ["weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate"]:
-        print(f"  {key:20s} {result[key]:.4f}")
+    for key in SCORE_KEYS:
+        lo, hi = result["ci95"][key]
+        print(f"  {key:20s} {result[key]:.4f}  (ci95 {lo:.4f}-{hi:.4f})")
     print("\n  class                  precision  recall     f1  support")
     for name, s in result["per_class"].items():
         if s["support"] or s["precision"]:
