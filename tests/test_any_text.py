@@ -136,6 +136,7 @@ def test_a_tsv_cell_quotes_every_row_breaking_character_and_escapes_nul():
         '"\r"', '"\n"', '"\t"', '""""', "\\x00", "plain"]
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_run_whose_model_answers_nasty_text_is_cached_stored_and_written(pytester):
     project = make_slow_project(pytester, cases=2)
     (project.path / "answer.json").write_text(json.dumps(NASTY))

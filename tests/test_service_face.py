@@ -15,6 +15,7 @@ import pytest
 from tests.service_helpers import ROOT, Server
 
 EXAMPLE = ROOT / "docs" / "examples" / "tinybench"
+pytestmark = pytest.mark.slow  # installs a package, runs the engine and a server: once in CI (-m slow)
 
 
 @pytest.fixture(scope="module")

@@ -61,6 +61,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_three_concurrent_shards_merge_to_the_unsharded_run(project):
     with fresh_pg_store() as url:
         _finish(_pytest(project.path, url, "--run-id", "run_whole000"))
@@ -89,6 +90,7 @@ def test_three_concurrent_shards_merge_to_the_unsharded_run(project):
     assert merged_run["total_items"] == whole["total_items"] == 12
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_merge_applies_the_project_thresholds_and_writes_the_step_summary(project):
     with fresh_pg_store() as url:
         shards = [_pytest(project.path, url, "--splits", "2", "--group", str(k), "--run-group", "g2")

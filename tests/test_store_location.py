@@ -35,6 +35,7 @@ def test_fieldeval_store_wins_over_the_project_root(tmp_path, monkeypatch):
     assert default_store_url(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'reports' / 'fieldeval.db'}"
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_pytest_and_runs_list_share_one_store_in_a_project_outside_the_checkout(tmp_path):
     project = tmp_path / "mybench"
     (project / "evals").mkdir(parents=True)
@@ -65,6 +66,7 @@ def _ids(root: Path) -> str:
 
 
 @pytest.mark.parametrize("command", [["runs", "list"], ["models", "list"]])
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_every_store_command_reads_the_project_root_store(tmp_path, command):
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "sub").mkdir()
