@@ -222,6 +222,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         error = call.excinfo.value
         report.longrepr = f"{error.model}: {error.detail}"
         report.user_properties.append((ERROR_KEY, json.dumps({"kind": error.kind, "detail": error.detail})))
+        if error.kind == "skipped":  # after the model's permanent failure: a skip, not one more FAILURES block
+            _, lineno, _ = item.location
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (lineno or 0) + 1, f"Skipped: {error.model}: {error.detail}")
     return report
 
 

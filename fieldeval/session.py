@@ -63,6 +63,7 @@ class EvalSession:
         self._prefetcher = None
         self._last_draw = 0.0
         self._announced: set[str] = set()
+        self.skipped_after_permanent: Counter[str] = Counter()
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -201,11 +202,13 @@ class EvalSession:
             self._last_draw = now
 
     def end_progress(self, reporter) -> None:
-        """Draw the progress once more, complete, and end its line."""
+        """Draw the progress once more, complete, and end its line (a log gets its final line too)."""
         if self.progress.planned and self.live_progress:
             self._draw_progress(final=True)
             reporter.ensure_newline()
             reporter.write_line("")
+        elif self.progress.planned:
+            self._draw_progress(final=True)
 
     # --- what the items report -----------------------------------------------------------------
 
@@ -218,7 +221,11 @@ class EvalSession:
             return
         item = json.loads(props[ITEM_KEY])
         key = (item["benchmark"], item["model"])
-        if report.failed:
+        # an item skipped after its model failed permanently was not evaluated: it counts as errored
+        errored = report.failed or (report.skipped and ERROR_KEY in props)
+        if report.skipped and ERROR_KEY in props:
+            self.skipped_after_permanent[item["model"]] += 1
+        if errored:
             self.errors[key] += 1
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
@@ -232,7 +239,7 @@ class EvalSession:
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
-            self.progress.finish(key, failed=report.failed)
+            self.progress.finish(key, failed=errored)
             self._write_progress()
             self._draw_progress()
 
@@ -264,6 +271,9 @@ class EvalSession:
         for (bench, model), count in sorted(self.errors.items()):
             reasons = "; ".join(f"{detail} (x{n})" for detail, n in self.error_details[(bench, model)].most_common(2))
             lines.append(f"fieldeval errors: {bench} {model}: {count} item(s) failed: {reasons}")
+        for model, count in sorted(self.skipped_after_permanent.items()):
+            lines.append(f"fieldeval: {model}: {count} item(s) skipped after its permanent failure, "
+                         "no call made (counted as errors)")
         return lines
 
     # --- the report ----------------------------------------------------------------------------

@@ -105,7 +105,8 @@ def test_a_missing_key_ends_the_model_at_once_with_the_fix(pytester):
     ended = time.time()
     # from the first call to the end of the session (start-up of two workers is not the model's doing)
     assert ended - attempts(project)[0]["t"] < 15
-    result.assert_outcomes(failed=100)
+    outcomes = result.parseoutcomes()  # the items after the permanent failure are skipped (one line, not a block)
+    assert outcomes.get("failed", 0) + outcomes.get("skipped", 0) == 100 and outcomes.get("failed", 0) <= 2 * 16
     assert len(attempts(project)) <= 2 * 16  # never retried; at most the calls already in flight
     result.stdout.fnmatch_lines(["*fake-nokey failed permanently, its remaining items are skipped: "
                                  "NeedsKeyException: No key found - add one using 'llm keys set openai'*"])
