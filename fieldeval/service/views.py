@@ -98,12 +98,14 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
     """``GET /api/evaluations``: stored runs, then jobs without a stored run (queued, running, failed...)."""
     out = []
     stored = set()
+    registered = model_ids_by_name(store)
     for run in store.list_runs(benchmark=benchmark, corpus_version=corpus_version):
         stored.add(run.run_id)
         if model and model not in run.models:
             continue
         versions = run.corpus_versions
         out.append({"run_id": run.run_id, "label": run.label, "benchmarks": run.benchmarks, "models": run.models,
+                    "model_id": registered.get(run.models[0]) if len(run.models) == 1 else None,
                     "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
                     "status": run.status, "total_items": run.total_items, "done": run.total_items,
                     "created_at": run.created_at, "completed_at": run.completed_at, "legacy": run.legacy})
@@ -115,6 +117,7 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
                 corpus_version and job.corpus_version != corpus_version):
             continue
         out.append({"run_id": job.run_id, "label": job.label, "benchmarks": [job.benchmark], "models": [job.model],
+                    "model_id": job.model_id or registered.get(job.model),
                     "corpus_version": job.corpus_version, "status": job.status, "total_items": job.total,
                     "done": job.done, "created_at": job.created_at, "completed_at": job.finished_at,
                     "legacy": False})
