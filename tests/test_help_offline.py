@@ -42,7 +42,7 @@ def test_help_shows_words_for_values_not_environment_variable_metavars(offline):
 def test_collect_only_of_the_suites_own_tests_loads_no_benchmark_data(offline):
     done = _pytest("--collect-only", "-q", "tests/test_gate_defaults.py", env=offline)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "4 tests collected" in done.stdout
+    assert re.search(r"^\d+ tests collected", done.stdout, re.M), done.stdout
 
 
 def test_collect_only_of_an_eval_with_bundled_data_needs_no_download(offline):

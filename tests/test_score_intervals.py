@@ -48,4 +48,4 @@ def test_score_ebs_prints_the_ci95_of_each_models_ontology_score(tmp_path):
 
     scores = pd.read_csv(tmp_path / "results_envo_scored.tsv", sep="\t")["ontology_score"].astype(float).tolist()
     lo, hi = mean_metric(scores)["ci95"]
-    assert f"  m  (n=3, ci95 {lo:.3f}-{hi:.3f})" in done.stdout
+    assert f"\n  {lo:.3f}-{hi:.3f}  m\n" in done.stdout.split("Ontology score ci95")[1]
