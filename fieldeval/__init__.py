@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmark import Benchmark, CliGroups, Metric, RunMeta, StoreColumns, get_benchmark, option
+from fieldeval.benchmark import Benchmark, Chart, CliGroups, Dashboard, Metric, RunMeta, StoreColumns, get_benchmark, option
 from fieldeval.client import Completion, ModelClient, complete, completion_fields
 from fieldeval.errors import UsageError
 from fieldeval.failures import ModelCallError
+from fieldeval.inputs import write_tsv
 
 __all__ = [
     "Benchmark",
+    "Chart",
     "CliGroups",
     "Completion",
     "Metric",
     "ModelCallError",
     "ModelClient",
+    "Dashboard",
     "RunMeta",
     "StoreColumns",
     "UsageError",
@@ -21,4 +24,5 @@ __all__ = [
     "completion_fields",
     "get_benchmark",
     "option",
+    "write_tsv",
 ]

@@ -95,6 +95,55 @@ class StoreColumns:
     item_id: str = "case_id"
 
 
+@dataclass(frozen=True)
+class Chart:
+    """One chart the dashboard draws from each run's report entry of the benchmark.
+
+    Every value is drawn with its ci95. Kinds:
+
+    - ``groups``: ``entry[key]`` is ``{group: {metric: {value, ci95}}}``; bars of ``metric`` per group,
+      one bar per run (e.g. EBS ``per_stratum``).
+    - ``shares``: ``entry[key]`` is ``{name: count}``; each name's share of the items, with a Wilson
+      ci95 (e.g. EBS ``relationship_counts``).
+    - ``classes``: ``entry[key]`` is ``{class: {metric: value, metric + "_ci95": [lo, hi], "support": n}}``
+      (e.g. MicrobioRel per-class F1).
+    - ``radar``: ``metrics`` of the entry on one polar chart, beside a table of their intervals.
+    - ``matrix``: ``entry[key]`` is ``{labels, columns, matrix}``; one heat map per run.
+
+    Attributes:
+        kind: one of the kinds above.
+        title: the chart's title.
+        key: the report key the chart reads (not for ``radar``).
+        metric: the metric drawn per group or class.
+        metrics: the metrics of a ``radar``.
+        x_title: the x axis title.
+        y_title: the y axis title.
+        low: the value axis' lower end.
+        high: the value axis' upper end.
+    """
+
+    kind: str
+    title: str
+    key: str = ""
+    metric: str = ""
+    metrics: tuple[str, ...] = ()
+    x_title: str = ""
+    y_title: str = ""
+    low: float = 0.0
+    high: float = 1.0
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """How the service's dashboard shows the benchmark, besides the headline chart every benchmark gets.
+
+    Attributes:
+        charts: the benchmark's own charts, in page order.
+    """
+
+    charts: tuple[Chart, ...] = ()
+
+
 def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,
            type: type | None = None, shared: bool = False) -> Any:
     """Field metadata for a benchmark option: ``ontology: str | None = option("--ontology", help=...)``.
@@ -150,6 +199,9 @@ class Benchmark(Generic[Context]):
         estimators: rows -> ``{metric: fieldeval.stats.Estimator}``, each metric as a statistic of per-row
             data under item weights; paired differences, the regression gate and ``fieldeval power`` use it.
             None: the headline metrics that are row keys, as means.
+        dashboard: the charts the service's dashboard draws for this benchmark.
+        corpus_versions: () -> the corpus versions the service offers; when given, an evaluation
+            started through the service names one (passed as the option field ``corpus_version``).
     """
 
     name: str
@@ -180,6 +232,8 @@ class Benchmark(Generic[Context]):
                 if m.headline
                 and rows and all(isinstance(r.get(m.name), int | float | None) for r in rows)
                 and any(r.get(m.name) is not None for r in rows)}
+    dashboard: Dashboard = field(default_factory=Dashboard)
+    corpus_versions: Callable[[], Sequence[str]] | None = None
 
     @property
     def headline(self) -> list[str]:

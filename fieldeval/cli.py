@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = _Parser(prog="fieldeval", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="fieldeval", description=__doc__.splitlines()[0].replace("``", ""))  # no RST in help
     sub = parser.add_subparsers(dest="command", required=True)
 
     groups = CliGroups(

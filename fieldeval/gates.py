@@ -39,9 +39,9 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
         if gate.bench not in ran:
             continue
         name = f"{gate.bench}.{gate.metric}"
-        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.model in (None, m)}
-        if not entries and gate.model is not None:
-            continue  # a gate of another model (e.g. a baseline's floor) does not apply to this run
+        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.applies_to(m)}
+        if not entries and (gate.model is not None or out.get(gate.bench)):
+            continue  # a gate of another model (e.g. a baseline's floor), or a default every model here overrides
         if not entries:
             results.append({"metric": name, "model": gate.model or "-", "gate_on": on, "value": None,
                             "threshold": gate.threshold, "passed": False,

@@ -22,8 +22,9 @@ from fieldeval.errors import UsageError
 FIELD_LIMIT = 2**31 - 1  # csv's default limit (131,072 characters) refuses long descriptions and responses
 
 
-def read_text(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = False) -> str:
-    """The file's text, BOM dropped and line ends as LF.
+def read_text(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = False,
+              line_ends: bool = True) -> str:
+    """The file's text, BOM dropped and line ends as LF (kept as they are when ``line_ends`` is false).
 
     Args:
         path: the file.
@@ -55,13 +56,14 @@ def read_text(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = F
                          f"{error.start}){fix}") from None
     if not text.strip() and not empty_ok:
         raise UsageError(f"{what} {path}: the file is empty{fix}")
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if line_ends else text
 
 
 def read_tsv(path: str | Path, *, what: str, required: Sequence[str] = (), hint: str = "",
              empty_ok: bool = False) -> tuple[list[str], list[dict[str, str]]]:
     """The header and rows of a tab-separated table; a usage error for missing ``required`` columns."""
-    text = read_text(path, what=what, hint=hint, empty_ok=empty_ok)
+    # the csv reader takes CRLF, CR and LF row ends itself, and keeps a carriage return inside a quoted cell
+    text = read_text(path, what=what, hint=hint, empty_ok=empty_ok, line_ends=False)
     csv.field_size_limit(FIELD_LIMIT)
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t")
@@ -83,6 +85,49 @@ def read_tsv_frame(path: str | Path, *, what: str, required: Sequence[str] = (),
 
     columns, rows = read_tsv(path, what=what, required=required, hint=hint)
     return pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+
+
+QUOTED = frozenset('\t\n\r"')  # a cell holding any of these is quoted, csv-style
+
+
+def tsv_cell(value: Any) -> str:
+    """One cell of a written table: None blank, NUL as the text ``\\x00``, quoted when it holds a tab,
+    newline, carriage return or double quote.
+
+    Quoting is the csv module's (``"a""b"`` for ``a"b``), applied to a bare
+    carriage return too, which ``csv.writer`` with ``lineterminator="\\n"`` and
+    ``DataFrame.to_csv`` leave unquoted: ``pandas.read_csv`` then splits the row.
+    NUL is escaped as the run store keeps it, because readers (ours included)
+    refuse a file holding a NUL byte. Lone surrogates become ``\\udXXX`` when
+    the file is encoded (``errors="backslashreplace"``).
+
+    Example:
+        >>> tsv_cell('say "hi"\\rnow')
+        '"say ""hi""\\rnow"'
+    """
+    text = "" if value is None else str(value)
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not QUOTED.isdisjoint(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def write_tsv(path: str | Path, header: Sequence[str], rows) -> Path:
+    """Write a tab-separated table (LF line ends, UTF-8) whose every cell goes through :func:`tsv_cell`.
+
+    ``pandas.read_csv(path, sep="\\t", dtype=str, keep_default_na=False)`` and
+    :func:`read_tsv` read back exactly the text written, for any text.
+
+    Example:
+        >>> write_tsv("scores.tsv", ["item_id", "response_text"], [["i1", "line 1\\nline 2"]])  # doctest: +SKIP
+    """
+    path = Path(path)
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
+        handle.write("\t".join(map(tsv_cell, header)) + "\n")
+        for row in rows:
+            handle.write("\t".join(map(tsv_cell, row)) + "\n")
+    return path
 
 
 def read_yaml(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = False) -> Any:

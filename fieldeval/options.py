@@ -139,8 +139,10 @@ def _add_fields(group, cls: type, prefix: str, seen: set[str]) -> None:
             continue
         seen.add(meta["flag"])
         kwargs: dict[str, Any] = {"dest": _dest(prefix, f.name), "help": meta["help"]}
-        if meta.get("metavar"):
-            kwargs["metavar"] = meta["metavar"]
+        # a metavar is always a word for the value, never pytest's default (the dest, an env-var-like name)
+        kind = meta.get("type") or (type(f.default) if f.default is not None else str)
+        if meta.get("metavar") or not meta.get("choices"):  # choices show as {a,b}
+            kwargs["metavar"] = meta.get("metavar") or {int: "N", float: "X"}.get(kind, "VALUE")
         if meta.get("choices"):
             kwargs["choices"] = meta["choices"]
         if isinstance(f.default, tuple):

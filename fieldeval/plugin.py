@@ -131,8 +131,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SIGNALS] = interrupts = Interrupts()
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
-    if worker:
-        return
+    if worker or _only_informs(config):
+        return  # --help and --version print without the data; --collect-only loads it while collecting
     if selected and not config.option.collectonly:
         exit_on_usage_error(lambda: state.check_outputs(_report_path(config, engine.report)))
     exit_on_usage_error(state.prepare)
@@ -141,6 +141,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_FILES] = files
         files.mark("running", started_at=state.started_at)
         _configure_json_report(config)
+
+
+def _only_informs(config: pytest.Config) -> bool:
+    """Whether pytest only prints help, its version, fixtures or markers: nothing is loaded or checked for these."""
+    option = config.option
+    return bool(getattr(option, "help", False) or getattr(option, "version", False)
+                or getattr(option, "showfixtures", False) or getattr(option, "markers", False))
 
 
 def _report_path(config: pytest.Config, explicit: str | None) -> Path:
@@ -261,6 +268,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         error = call.excinfo.value
         report.longrepr = f"{error.model}: {error.detail}"
         report.user_properties.append((ERROR_KEY, json.dumps({"kind": error.kind, "detail": error.detail})))
+        if error.kind == "skipped":  # after the model's permanent failure: a skip, not one more FAILURES block
+            _, lineno, _ = item.location
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (lineno or 0) + 1, f"Skipped: {error.model}: {error.detail}")
     return report
 
 
@@ -424,23 +435,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     state.end_progress(terminalreporter)
     if not state.has_results():
         return
-    from fieldeval.summary import render_summary
+    from fieldeval.summary import gate_line, render_summary
 
     payload = state.payload()
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
-    for gate in payload["gates"]:
-        if gate["gate_on"] == "baseline":
-            if not gate["passed"]:
-                from fieldeval.paired import regression_line
-
-                terminalreporter.write_line(regression_line(gate), red=True)
-        elif gate.get("reason"):
-            terminalreporter.write_line(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}",
-                                        red=True)
-        elif not gate["passed"]:
-            terminalreporter.write_line(
-                f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value "
-                f"{gate['value']} is below the threshold {gate['threshold']}", red=True)
+    for gate in payload["gates"]:  # passed gates too, so a reader sees what was checked
+        terminalreporter.write_line(gate_line(gate), red=not gate["passed"], green=gate["passed"])
     for line in state.error_lines():
         terminalreporter.write_line(line, red=True)

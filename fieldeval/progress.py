@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,26 +28,45 @@ class Progress:
     errors: Counter[Key] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     status: str = "running"
+    clock: Callable[[], float] = time.monotonic
+    first_done: dict[Key, float] = field(default_factory=dict)
 
     def plan(self, keys: list[Key]) -> None:
         """Set the planned items from the collected ``(benchmark, model)`` of each item."""
         self.planned = Counter(keys)
-        self.started = time.monotonic()
+        self.started = self.clock()
 
     def finish(self, key: Key, *, failed: bool) -> None:
         """Count one finished item."""
         self.done[key] += 1
+        self.first_done.setdefault(key, self.clock())
         if failed:
             self.errors[key] += 1
+
+    def rate(self, key: Key) -> float | None:
+        """Items per second since the model's first item finished; None until a second one has.
+
+        Counting from the first finished item, not the session start, leaves out
+        start-up and the first call's latency, which concurrent calls share: the
+        first estimate of a 46 s run said 428 s when it counted them (issue 20).
+        """
+        first = self.first_done.get(key)
+        elapsed = self.clock() - first if first is not None else 0.0
+        if self.done[key] < 2 or elapsed <= 0:
+            return None
+        return (self.done[key] - 1) / elapsed
 
     def line(self, key: Key) -> str:
         """``ebs gpt-4o-mini: 40/100 items, 2 errors, 3.1 items/s, 19 s left``."""
         done, total = self.done[key], self.planned.get(key, 0)
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = done / elapsed
-        left = f"{(total - done) / rate:.0f} s left" if rate > 0 and total > done else ("done" if done >= total else "-")
-        return (f"{key[0]} {key[1]}: {done}/{total} items, {self.errors[key]} error(s), "
-                f"{rate:.1f} items/s, {left}")
+        rate = self.rate(key)
+        if done >= total:
+            pace = "done" if rate is None else f"{rate:.1f} items/s, done"
+        elif rate is None:
+            pace = "estimating"
+        else:
+            pace = f"{rate:.1f} items/s, {(total - done) / rate:.0f} s left"
+        return f"{key[0]} {key[1]}: {done}/{total} items, {self.errors[key]} error(s), {pace}"
 
     def as_dict(self) -> dict:
         """The ``--progress-file`` payload."""

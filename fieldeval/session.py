@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import secrets
 import tempfile
 import time
@@ -71,6 +70,7 @@ class EvalSession:
         self._announced: set[str] = set()
         self.disk_full: str | None = None  # the one line, once the disk filled up mid-run
         self.pytest_session: pytest.Session | None = None
+        self.skipped_after_permanent: Counter[str] = Counter()
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -128,6 +128,8 @@ class EvalSession:
         if url is not None and self.selected and not self.config.option.collectonly:
             self.check_stored_runs(url)
             self.take_resumed_rows()
+        if self.config.option.collectonly:
+            return  # collection loads what its items need; nothing is loaded (or downloaded) before
         for name in self.selected:
             self.context(name)
             bench = self.benchmark(name)
@@ -315,11 +317,13 @@ class EvalSession:
             self._last_draw = now
 
     def end_progress(self, reporter) -> None:
-        """Draw the progress once more, complete, and end its line."""
+        """Draw the progress once more, complete, and end its line (a log gets its final line too)."""
         if self.progress.planned and self.live_progress:
             self._draw_progress(final=True)
             reporter.ensure_newline()
             reporter.write_line("")
+        elif self.progress.planned:
+            self._draw_progress(final=True)
 
     # --- what the items report -----------------------------------------------------------------
 
@@ -332,8 +336,13 @@ class EvalSession:
             return
         item = json.loads(props[ITEM_KEY])
         key = (item["benchmark"], item["model"])
+        # an item skipped after its model failed permanently was not evaluated: it counts as errored
+        errored = report.failed or (report.skipped and ERROR_KEY in props)
+        if report.skipped and ERROR_KEY in props:
+            self.skipped_after_permanent[item["model"]] += 1
         if report.failed:
             self._count_failure()
+        if errored:
             self.errors[key] += 1
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
@@ -347,7 +356,7 @@ class EvalSession:
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
-            self.progress.finish(key, failed=report.failed)
+            self.progress.finish(key, failed=errored)
             self._write_progress()
             self._draw_progress()
 
@@ -386,6 +395,9 @@ class EvalSession:
         for (bench, model), count in sorted(self.errors.items()):
             reasons = "; ".join(f"{detail} (x{n})" for detail, n in self.error_details[(bench, model)].most_common(2))
             lines.append(f"fieldeval errors: {bench} {model}: {count} item(s) failed: {reasons}")
+        for model, count in sorted(self.skipped_after_permanent.items()):
+            lines.append(f"fieldeval: {model}: {count} item(s) skipped after its permanent failure, "
+                         "no call made (counted as errors)")
         return lines
 
     # --- the report ----------------------------------------------------------------------------
@@ -473,8 +485,11 @@ class EvalSession:
     # --- the run store -------------------------------------------------------------------------
 
     def store_url(self) -> str | None:
-        """``--store``, else ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db`` under the project root; None: no store."""
-        url = self.options.store or os.environ.get("FIELDEVAL_STORE") or str(self.config.rootpath / "reports" / "fieldeval.db")
+        """``--store``, else the one default every command uses (:func:`~fieldeval.store.location.default_store_url`
+        from pytest's rootdir); None: no store."""
+        from fieldeval.store.location import default_store_url
+
+        url = self.options.store or default_store_url(self.config.rootpath)
         return None if url.lower() == "none" else url
 
     def run_status(self, exitstatus: int) -> str:

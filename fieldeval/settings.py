@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
@@ -67,12 +68,18 @@ class Gate:
         metric: metric name.
         threshold: the floor.
         model: the one model it applies to (None: every model).
+        overridden: models with a gate of their own on this metric, which this default leaves alone.
     """
 
     bench: str
     metric: str
     threshold: float
     model: str | None = None
+    overridden: frozenset[str] = frozenset()
+
+    def applies_to(self, model: str) -> bool:
+        """Whether this gate judges ``model``."""
+        return model == self.model if self.model is not None else model not in self.overridden
 
 
 def parse_threshold(text: str, origin: str = "--fail-under", *, model: str | None = None) -> Gate:
@@ -90,12 +97,21 @@ def parse_threshold(text: str, origin: str = "--fail-under", *, model: str | Non
     return Gate(bench, metric.strip(), number, model)
 
 
+ANY_MODEL = "*"
+
+
 def load_thresholds(tool: dict, cli: list[str] | tuple[str, ...]) -> list[Gate]:
     """Gates from ``[tool.fieldeval.thresholds]`` (of ``tool``), its per-model tables, then ``--fail-under``.
 
-    A key ``"BENCH.METRIC" = VALUE`` gates every model; a table
-    ``[tool.fieldeval.thresholds."MODEL"]`` gates that model only. ``--fail-under``
-    gates every model and wins over the file for the same metric.
+    ``[tool.fieldeval.thresholds."*"]`` (or a top-level key ``"BENCH.METRIC" = VALUE``)
+    is the default for every model; a table ``[tool.fieldeval.thresholds."MODEL"]``
+    overrides it for that model, metric by metric. ``--fail-under`` gates every
+    model and wins over the file for the same metric.
+
+    Example:
+        >>> [g.model for g in load_thresholds({"thresholds": {"*": {"ebs.ontology_score": 0.8},
+        ...     "ebs-baseline": {"ebs.ontology_score": 0.85}}}, [])]
+        [None, 'ebs-baseline']
     """
     gates: dict[tuple[str, str, str | None], Gate] = {}
     table = tool.get("thresholds", {})
@@ -103,9 +119,10 @@ def load_thresholds(tool: dict, cli: list[str] | tuple[str, ...]) -> list[Gate]:
         raise UsageError("[tool.fieldeval.thresholds]: expected a table of \"BENCH.METRIC\" = VALUE")
     for name, value in table.items():
         if isinstance(value, dict):
+            model = None if name == ANY_MODEL else name
             for metric, number in value.items():
-                gate = parse_threshold(f"{metric}={number}", f'[tool.fieldeval.thresholds."{name}"]', model=name)
-                gates[(gate.bench, gate.metric, name)] = gate
+                gate = parse_threshold(f"{metric}={number}", f'[tool.fieldeval.thresholds."{name}"]', model=model)
+                gates[(gate.bench, gate.metric, model)] = gate
         else:
             gate = parse_threshold(f"{name}={value}", "[tool.fieldeval.thresholds]")
             gates[(gate.bench, gate.metric, None)] = gate
@@ -113,7 +130,12 @@ def load_thresholds(tool: dict, cli: list[str] | tuple[str, ...]) -> list[Gate]:
         gate = parse_threshold(text)
         gates = {k: g for k, g in gates.items() if (k[0], k[1]) != (gate.bench, gate.metric)}
         gates[(gate.bench, gate.metric, None)] = gate
-    return list(gates.values())
+    own: dict[tuple[str, str], set[str]] = {}
+    for bench, metric, model in gates:
+        if model is not None:
+            own.setdefault((bench, metric), set()).add(model)
+    return [dataclasses.replace(g, overridden=frozenset(own.get((g.bench, g.metric), ()))) if g.model is None else g
+            for g in gates.values()]
 
 
 def load_model_limits(tool: dict) -> dict[str, ModelLimits]:

@@ -72,7 +72,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs in {store.url}" + (" matching the filters" if args.benchmark or args.corpus_version else ""))
         return 0
-    table = Table(title=escape(f"runs in {store.url}"), title_justify="left")
+    print(f"runs in {store.url}")  # a plain line: which store this is, never wrapped or cut
+    table = Table()
     for column in ["run_id", "created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
         table.add_column(column, justify="right" if column == "items" else "left")
     for run in runs:
@@ -180,13 +181,13 @@ def _runs_compare(args: argparse.Namespace) -> int:
 
 def _runs_merge(args: argparse.Namespace) -> int:
     import os
-    from pathlib import Path
 
     from fieldeval.settings import tool_settings
+    from fieldeval.store.location import project_root
     from fieldeval.store.groups import merge_group
-    from fieldeval.summary import render_markdown, render_summary
+    from fieldeval.summary import gate_line, render_markdown, render_summary
 
-    tool = tool_settings(Path.cwd())
+    tool = tool_settings(project_root())  # the thresholds of the project the command runs in
     with _store(args) as store:
         merged = merge_group(store, args.group, tool, allow_partial=args.allow_partial, max_errors=args.max_errors,
                              baseline_run=args.baseline_run, tolerance=args.regression_tolerance)
@@ -201,17 +202,7 @@ def _runs_merge(args: argparse.Namespace) -> int:
         print(f"merged {len(merged.shards)} shards of run group {args.group} into {merged.run_id}")
         print(render_summary(merged.payload), end="")
     for gate in merged.payload["gates"]:
-        if gate["passed"]:
-            continue
-        if gate["gate_on"] == "baseline":
-            from fieldeval.paired import regression_line
-
-            print(regression_line(gate), file=sys.stderr)
-        elif gate.get("reason"):
-            print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['reason']}", file=sys.stderr)
-        else:
-            print(f"FAILED gate {gate['metric']} for {gate['model']}: {gate['gate_on']} value {gate['value']} "
-                  f"is below the threshold {gate['threshold']}", file=sys.stderr)
+        print(gate_line(gate), file=sys.stdout if gate["passed"] else sys.stderr)
     return 0 if merged.gates_passed else 1
 
 

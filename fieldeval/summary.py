@@ -67,6 +67,27 @@ def difference_lines(payload: dict) -> list[str]:
     return lines + list(baseline.get("notes", []))
 
 
+def gate_line(gate: dict) -> str:
+    """One line per gate result, passed or failed, e.g. ``passed gate ebs.ontology_score for m: lower value 0.842 >= 0.8``."""
+    head = f"gate {gate['metric']} for {gate['model']}"
+    if gate["gate_on"] == "baseline":
+        from fieldeval.paired import regression_line
+
+        if not gate["passed"]:
+            return regression_line(gate)
+        lo, hi = gate["ci95"]
+        if gate.get("value") is None or lo is None or hi is None:
+            return f"passed {head}: no paired interval against baseline run {gate['baseline_run']}"
+        return (f"passed {head}: {gate['value']:+.3f} (paired ci95 {lo:+.3f} to {hi:+.3f}) against baseline run "
+                f"{gate['baseline_run']}, not entirely below -{abs(gate['threshold']):g}")
+    if gate.get("reason"):
+        return f"FAILED {head}: {gate['reason']}"
+    value = f"{gate['gate_on']} value {round(gate['value'], 3):g}"
+    if gate["passed"]:
+        return f"passed {head}: {value} >= {gate['threshold']:g}"
+    return f"FAILED {head}: {value} is below the threshold {gate['threshold']:g}"
+
+
 def render_summary(payload: dict, *, width: int = 200) -> str:
     """One rich table per benchmark: headline metrics as rows, one column per model, value (ci95).
 

@@ -199,6 +199,11 @@ def _per_class(codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, ...]:
     return support, precision, recall, f1
 
 
+def per_class_f1_batch(codes: np.ndarray, *, n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
+    """Each class's F1 (0 where undefined) per sample of a ``(k, n, 2)`` code array: a ``(k, n_classes)`` array."""
+    return _per_class(codes, n_classes)[3]
+
+
 def _weighted(values: np.ndarray, support: np.ndarray) -> np.ndarray:
     return (values * support).sum(axis=1) / support.sum(axis=1)
 

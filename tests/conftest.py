@@ -10,6 +10,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from hypothesis import settings
+
+# Every property test is reproducible and steady on a loaded machine: the same examples on every run
+# (derandomize), and no per-example deadline (a 200 ms deadline failed under load; speed is measured
+# in benchmarks/, never in tests). A test's own @settings still override the rest.
+settings.register_profile("fieldeval", derandomize=True, deadline=None, print_blob=True)
+settings.load_profile("fieldeval")
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_OBO = ROOT / "fixtures" / "ontology" / "tiny.obo"

@@ -30,15 +30,17 @@ class Server:
     """``python -m fieldeval.cli serve --port N --store URL`` as a subprocess, started and stopped by the test."""
 
     def __init__(self, store: Path, *, token: str | None = None, port: int | None = None,
-                 args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
-        self.store, self.token = store, token
+                 args: list[str] | None = None, env: dict[str, str] | None = None,
+                 path: tuple[Path, ...] = ()) -> None:
+        self.store, self.token, self.path = store, token, path
         self.args, self.extra_env = list(args or []), dict(env or {})
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *map(str, self.path),
+                                                            os.environ.get("PYTHONPATH", "")])}
         env.pop("FIELDEVAL_API_TOKEN", None)
         if self.token:
             env["FIELDEVAL_API_TOKEN"] = self.token

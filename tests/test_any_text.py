@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import csv
+import functools
+import importlib.util
 import json
 import secrets
+import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fieldeval.benchmark import benchmarks
+from fieldeval.benchmark import Benchmark, benchmarks
+from fieldeval.inputs import tsv_cell
 from fieldeval.cache import CachedResponse, ResponseCache, cache_key
 from fieldeval.store import open_store
 from fieldeval.store.payload import storable
@@ -72,25 +77,66 @@ def test_escaping_keeps_every_ordinary_character():
 
 
 TEXT_COLUMNS = ("response_text", "judge_response", "summary_text")
+BUILT_IN = ("ebs", "ibf", "microbiorel")  # an installed third-party benchmark writes rows of its own shape
+TINYBENCH = Path(__file__).resolve().parents[1] / "docs" / "examples" / "tinybench" / "tinybench" / "__init__.py"
+ROUND_TRIP = settings(max_examples=25, deadline=None, derandomize=True)
 
 
-@FEW
+@functools.cache
+def _tinybench() -> Benchmark:
+    """The example third-party benchmark, loaded from its source (not installed)."""
+    spec = importlib.util.spec_from_file_location("tinybench_any_text", TINYBENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.BENCHMARK
+
+
+def _writers() -> list[tuple[str, Benchmark, dict, tuple[str, ...]]]:
+    """(name, benchmark, row template, text columns) for every built-in benchmark and the third-party example."""
+    built = {name: bench for name, bench in benchmarks().items() if name in BUILT_IN}
+    assert sorted(built) == sorted(BUILT_IN)
+    row = {"model": "m", "case_id": "c1", "item_id": "i1", "hop_distance": None, "cached": False}
+    out = [(name, bench, row, TEXT_COLUMNS) for name, bench in sorted(built.items())]
+    return out + [("tinybench", _tinybench(), {"model": "m", "case": "1+3", "correct": False}, ("answer",))]
+
+
+def _read_back(path: Path):
+    """The table as pandas reads it: every cell a string, nothing turned into NaN."""
+    return pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, encoding="utf-8")
+
+
+@ROUND_TRIP
 @given(text=ANY_TEXT)
+@example(text="\r")  # a bare carriage return was written unquoted: read_csv split the row in 2-4 (issue 20)
+@example(text="\n")
+@example(text="\r\n")
+@example(text="\t")
+@example(text='"')
+@example(text='"quoted" and \ttab')
+@example(text="\x00")
 @example(text=MEGABYTE)
 @example(text=NASTY)
-def test_every_benchmark_writes_any_response_into_its_tables(tmp_path_factory, text):
+def test_every_benchmark_table_round_trips_any_text_through_read_csv(tmp_path_factory, text):
     folder = tmp_path_factory.mktemp("reports")
-    row = {"model": "m", "case_id": "c1", "item_id": "i1", "hop_distance": None, "cached": False,
-           **{column: text for column in TEXT_COLUMNS}}
-    csv.field_size_limit(2**31 - 1)
-    for name, bench in benchmarks().items():
-        (path,) = bench.write_outputs([row], folder)
-        with open(path, newline="", encoding="utf-8") as handle:  # strict: every byte is UTF-8
-            header, cells = list(csv.reader(handle, delimiter="\t"))
-        kept = text.encode("utf-8", "backslashreplace").decode("utf-8")  # NUL is valid UTF-8: kept as it is
-        assert dict(zip(header, cells))["response_text"] == kept, name
+    for name, bench, template, columns in _writers():
+        row = {**template, **{column: text for column in columns}}
+        (path,) = bench.write_outputs([row], folder / name)
+        table = _read_back(path)
+        assert len(table) == 1, (name, len(table))
+        assert table.loc[0, "model"] == "m", name
+        for column in columns:
+            if column in table.columns:
+                assert table.loc[0, column] == escaped(text), (name, column)
+        assert columns[0] in table.columns, name
 
 
+def test_a_tsv_cell_quotes_every_row_breaking_character_and_escapes_nul():
+    assert [tsv_cell(t) for t in ["\r", "\n", "\t", '"', "\x00", "plain"]] == [
+        '"\r"', '"\n"', '"\t"', '""""', "\\x00", "plain"]
+
+
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_run_whose_model_answers_nasty_text_is_cached_stored_and_written(pytester):
     project = make_slow_project(pytester, cases=2)
     (project.path / "answer.json").write_text(json.dumps(NASTY))

@@ -33,6 +33,7 @@ def test_register_model_is_idempotent_on_name_and_endpoint(server):
     assert [m["model_id"] for m in listed if m["name"] == "phi-3-mini-4k"] == [first["model_id"]]
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_evaluation_cycle_start_poll_compare_delete(server):
     status, started = server.call("POST", "/api/evaluations", IBF_BODY)
     assert status == 202, started
@@ -75,6 +76,7 @@ def test_evaluation_cycle_start_poll_compare_delete(server):
     assert server.call("DELETE", f"/api/evaluations/{run_id}")[0] == 404
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_evaluation_of_a_registered_model_id_resolves_its_name(server):
     # not "ibf-floor": a registration may not shadow an installed llm model
     _, model = server.call("POST", "/api/models", {"name": "floor-at-9", "endpoint": "http://127.0.0.1:9/v1"})

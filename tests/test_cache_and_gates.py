@@ -22,6 +22,7 @@ def calls(project: pytest.Pytester) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_second_identical_run_makes_no_model_calls_and_same_numbers(project):
     _, first = run(project)
     made = len(calls(project))
@@ -33,6 +34,7 @@ def test_second_identical_run_makes_no_model_calls_and_same_numbers(project):
     assert strip(first) == strip(second)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_cached_items_keep_their_original_tokens_and_cost(project):
     project.path.joinpath("prices.yaml").write_text("fake-ebs: {input_per_mtok: 1.0, output_per_mtok: 10.0}\n")
     _, first = run(project, "--prices", "prices.yaml")
@@ -49,6 +51,7 @@ def test_cached_items_keep_their_original_tokens_and_cost(project):
         ["100", "7", "0.00017", "True"]
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_changed_prompt_misses_the_cache(project):
     run(project)
     suite = yaml.safe_load((project.path / "suite.yaml").read_text())
@@ -58,6 +61,7 @@ def test_changed_prompt_misses_the_cache(project):
     assert report["evals"]["cache"] == {"mode": "use", "hits": 2, "misses": 1}
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_replay_fails_only_the_item_without_a_cached_response(project):
     run(project)
     suite = yaml.safe_load((project.path / "suite.yaml").read_text())
@@ -71,27 +75,32 @@ def test_replay_fails_only_the_item_without_a_cached_response(project):
     assert report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["errors"] == 2
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_cache_off_always_calls_the_model(project):
     run(project, "--cache", "off")
     run(project, "--cache", "off")
     assert len(calls(project)) == 6
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_threshold_below_the_score_passes_and_above_fails(project):
     passing, _ = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.6")
     failing, report = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.7")
     assert passing.ret == 0
+    passing.stdout.fnmatch_lines(["passed gate ebs.ontology_score for fake-ebs: point value 0.65 >= 0.6"])  # shown too
     assert failing.ret == 1
     failing.stdout.fnmatch_lines(["*FAILED gate ebs.ontology_score for fake-ebs: point value 0.65 is below the "
                                   "threshold 0.7*"])
     assert report["evals"]["gates"][0]["passed"] is False
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_gate_on_lower_uses_the_interval_bound(project):
     result, report = run(project, "-k", "not case003", "--fail-under", "ebs.exact_match=0.2", "--gate-on", "lower")
     assert result.ret == 1 and report["evals"]["gates"][0]["value"] == 0.0
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_thresholds_from_pyproject_and_markdown_summary(project):
     project.makepyprojecttoml("[tool.fieldeval.thresholds]\n'ebs.parse_success' = 0.9\n")
     result, _ = run(project, "-k", "not case003", "--summary-md", "summary.md")
@@ -136,6 +145,7 @@ def test_cache_key_covers_model_options_system_prompt_and_schema():
     assert len({base, *variants}) == 6
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_run_killed_half_way_resumes_from_the_cache(project):
     import os
     import signal

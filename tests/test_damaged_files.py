@@ -50,6 +50,7 @@ def test_cache_path_that_is_a_folder_is_a_usage_error(tmp_path):
         ResponseCache(tmp_path)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_run_with_a_garbage_cache_goes_on_with_a_fresh_one(project):
     (project.path / "reports").mkdir()
     (project.path / "reports" / "responses.sqlite").write_bytes(b"\x00\xff garbage" * 500)

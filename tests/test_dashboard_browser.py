@@ -16,24 +16,32 @@ import pytest
 from tests.service_helpers import ROOT, Server
 
 XSS_LABEL = "<script>window.__xss = 1</script> label"
-SCREENSHOT = ROOT / "reports" / "dashboard.png"
+SCREENSHOTS = {w: ROOT / "reports" / f"dashboard-{w}.png" for w in (1400, 420)}  # copies are committed in docs/
+CHECK_PAGE = (Path(__file__).parent / "dashboard_check.js").read_text(encoding="utf-8")
+
+pytestmark = pytest.mark.slow  # runs the engine eight times and drives a browser: once in CI (`-m slow`)
 
 
-def _run_ibf(store: Path, run_id: str, label: str, *, corpus: Path | None = None, version: str = "ibf-v1.0") -> None:
-    """One stored IBF run of the offline floor model, through the engine as the service starts it."""
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "evals" / "test_ibf.py"), "--model", "ibf-floor",
-           "--run-id", run_id, "--store", str(store), "--run-label", label, "--corpus-version", version,
-           "-p", "no:cacheprovider", "-q", "--reports-dir", str(store.parent / run_id),
-           "--eval-report", str(store.parent / run_id / "report.json")]
-    if corpus is not None:
-        cmd += ["--ibf-corpus", str(corpus)]
+def _run(store: Path, run_id: str | None, label: str, *args: str) -> None:
+    """One stored run of an offline baseline, through the engine as the service starts it."""
+    folder = store.parent / (run_id or label.replace(" ", "-"))
+    cmd = [sys.executable, "-m", "pytest", *args, "--store", str(store), "--run-label", label,
+           "-p", "no:cacheprovider", "-q", "--reports-dir", str(folder), "--eval-report", str(folder / "report.json")]
+    if run_id:
+        cmd += ["--run-id", run_id]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
 
 
+def _run_ibf(store: Path, run_id: str, label: str, *, corpus: Path | None = None, version: str = "ibf-v1.0") -> None:
+    args = [str(ROOT / "evals" / "test_ibf.py"), "--model", "ibf-floor", "--corpus-version", version]
+    _run(store, run_id, label, *args, *(["--ibf-corpus", str(corpus)] if corpus is not None else []))
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with two IBF runs on two corpus versions; one label is a script tag."""
+    """IBF runs on two corpus versions (one label is a script tag), EBS runs (one errored on every item, one
+    sharded and merged) and a MicrobioRel run."""
     folder = tmp_path_factory.mktemp("dashboard")
     old = folder / "ibf-v0.9.jsonl"  # the first 20 items, re-tagged as an older corpus version
     lines = (ROOT / "fixtures" / "ibf" / "ibf-v1.0.jsonl").read_text(encoding="utf-8").splitlines()[:20]
@@ -41,6 +49,17 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = folder / "store.db"
     _run_ibf(path, "run_0000aaaa", "legacy corpus", corpus=old, version="ibf-v0.9")
     _run_ibf(path, "run_0000bbbb", XSS_LABEL)
+    ebs = str(ROOT / "evals" / "test_ebs.py")
+    _run(path, "run_0000eeee", "ebs first cases", ebs, "-k", "case00 or case01 or case02")
+    _run(path, "run_0000dead", "replay of an empty cache", ebs, "-k", "case00", "--cache", "replay",
+         "--cache-path", str(folder / "empty.sqlite"))
+    for group in (1, 2):
+        _run(path, None, f"shard {group}", ebs, "-k", "case03 or case04", "--splits", "2", "--group", str(group),
+             "--run-group", "g1")
+    merged = subprocess.run([sys.executable, "-m", "fieldeval.cli", "runs", "merge", "g1", "--store", str(path)],
+                            cwd=folder, capture_output=True, text=True, timeout=300)
+    assert merged.returncode in (0, 1), merged.stderr
+    _run(path, "run_0000ae1a", "re baseline", str(ROOT / "evals" / "test_microbiorel.py"), "-k", "pair00 or pair01")
     return path
 
 
@@ -113,9 +132,6 @@ def test_dashboard_renders_radar_and_table_sorts_filters_and_escapes(browser, se
     assert XSS_LABEL in labels  # shown as text, not run as a script
     assert browser.execute_script("return window.__xss") is None
     assert browser.execute_script("return document.querySelectorAll('td.label script').length") == 0
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOT))
-
     Select(browser.find_element(By.ID, "filter-corpus")).select_by_value("ibf-v0.9")
     assert _wait(browser, "return document.getElementById('ibf-radar').data.length === 1")
     assert _visible_ibf_rows(browser) == ["run_0000aaaa"]
@@ -145,3 +161,105 @@ def test_report_file_is_self_contained_and_renders(browser, store, tmp_path):
     browser.get(out.as_uri())
     assert _wait(browser, "return document.querySelector('#ibf-radar .main-svg') !== null")
     assert browser.execute_script("return document.getElementById('ibf-radar').data.length") == 2
+
+
+NO_PROBLEMS = {"overflow": [], "cut": [], "untitled": [], "nointerval": []}
+
+
+def _charts_drawn(driver) -> bool:
+    return driver.execute_script(
+        "const charts = Array.from(document.querySelectorAll('.chart')).filter(c => c.getClientRects().length);"
+        "return charts.length > 0 && charts.every(c => c.querySelector('.main-svg') !== null"
+        " && c.querySelector('.main-svg').getBoundingClientRect().width <= c.clientWidth + 1)")
+
+
+def _open_at(driver, url: str, width: int) -> None:
+    """The page at ``width`` px, the window as tall as the page, every chart drawn at that width."""
+    driver.set_window_size(width, 1000)
+    driver.get(url)
+    assert _wait(driver, "return document.readyState === 'complete'")
+    assert _wait(driver, "return document.querySelector('#ebs-headline .main-svg') !== null")
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(height + 200, 16000))
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert WebDriverWait(driver, 30).until(_charts_drawn)
+
+
+def _traces(driver) -> list[dict]:
+    """Every drawn trace: chart id, name, colour, bar values' interval arrays and texts."""
+    return driver.execute_script(
+        "const out = [];"
+        "document.querySelectorAll('.js-plotly-plot').forEach(p => (p.data || []).forEach(t => out.push({"
+        " chart: p.id || p.dataset.key, type: t.type, name: t.name,"
+        " colour: (t.marker && t.marker.color) || (t.line && t.line.color) || null,"
+        " text: t.text || null})));"
+        "return out;")
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_every_text_fits_and_every_chart_has_titles_and_intervals_at_desktop_and_phone_width(browser, server, width):
+    _open_at(browser, server.base + "/", width)
+    assert browser.execute_script(CHECK_PAGE) == NO_PROBLEMS
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
+    cards = browser.execute_script("return getComputedStyle(document.querySelector('#runs-table thead')).display")
+    assert (cards == "none") == (width < 600)  # the runs table collapses to cards on a phone
+    assert browser.execute_script("return document.querySelectorAll('.modebar-container .modebar').length") == 0
+    SCREENSHOTS[width].parent.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS[width]))
+
+
+def test_the_page_check_finds_cut_text_and_missing_titles(browser, server):
+    # the check above must be able to fail: a clipped cell and a chart without axis titles are reported
+    _open_at(browser, server.base + "/", 1400)
+    browser.execute_script(
+        "const td = document.querySelector('#runs-table td.label');"
+        "td.style.cssText = 'display:block;max-width:30px;white-space:nowrap;overflow:hidden';"
+        "td.textContent = 'a label far too long for its cell';"
+        "const el = document.getElementById('ebs-headline');"
+        "Plotly.relayout(el, {'xaxis.title.text': '', 'xaxis.tickfont.size': 400});")
+    problems = browser.execute_script(CHECK_PAGE)
+    assert problems["overflow"] == ["TD: a label far too long for its cell"]
+    assert "ebs-headline: axis title" in problems["untitled"] and problems["cut"]
+
+
+def test_one_colour_per_run_across_every_chart(browser, server):
+    _open_at(browser, server.base + "/", 1400)
+    colours: dict[str, set[str]] = {}
+    for trace in _traces(browser):
+        if trace["type"] in ("bar", "scatterpolar"):
+            colours.setdefault(trace["name"], set()).add(trace["colour"])
+    assert colours and all(len(c) == 1 for c in colours.values()), colours
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # and no colour for two runs
+
+
+def test_shards_are_hidden_while_their_merged_run_is_shown(browser, server):
+    from selenium.webdriver.common.by import By
+
+    _open_at(browser, server.base + "/", 1400)
+    shards = browser.execute_script("return Array.from(document.querySelectorAll('#runs-table tr[data-shard-of]'))"
+                                    ".map(r => [r.dataset.run, r.dataset.shardOf])")
+    assert len(shards) == 2 and len({merged for _, merged in shards}) == 1
+    merged = shards[0][1]
+    names = " ".join(t["name"] for t in _traces(browser) if t["chart"] == "ebs-headline")
+    assert merged in names and not any(run in names for run, _ in shards)
+    browser.find_element(By.CSS_SELECTOR, f"#runs-table tr[data-run='{merged}'] .select-run").click()
+    assert _wait(browser, "return Array.from(document.getElementById('ebs-headline').data)"
+                          f".filter(t => t.name.includes('{shards[0][0]}')).length === 1")
+
+
+def test_an_errored_run_is_marked_in_the_table_and_the_charts(browser, server):
+    _open_at(browser, server.base + "/", 1400)
+    badge = browser.execute_script("const b = document.querySelector(\"#runs-table tr[data-run='run_0000dead'] .errored-badge\");"
+                                   "return b && b.textContent")
+    assert badge == "⚠ 10 errored"
+    [trace] = [t for t in _traces(browser) if t["chart"] == "ebs-headline" and "run_0000dead" in t["name"]]
+    assert set(trace["text"]) == {"errored: no score"}
+
+
+def test_the_ebs_headline_chart_compares_every_shown_run(browser, server):
+    _open_at(browser, server.base + "/", 1400)
+    names = [t["name"] for t in _traces(browser) if t["chart"] == "ebs-headline"]
+    assert len(names) == 3 and any("run_0000eeee" in n for n in names)
+    x = browser.execute_script("return document.getElementById('ebs-headline').data[0].x")
+    assert x == ["ontology score", "exact match", "hierarchy score", "in template enum", "parse success"]

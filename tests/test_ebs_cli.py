@@ -35,6 +35,7 @@ def write_tsv(path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_score_ebs_reproduces_the_seed_score_table(tmp_path):
     rows = [{"model": "m", "case_id": name, "case_ideal": FOREST, "response_text": response, "sampleData": template}
             for name, response, template, _ in WORKED]
@@ -76,6 +77,7 @@ def test_score_ebs_missing_file_is_exit_2(tmp_path):
     assert result.returncode == 2 and "nope.tsv" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_bad_ontology_selector_is_exit_2(tmp_path):
     write_tsv(tmp_path / "results.tsv", [{"model": "m", "case_ideal": FOREST, "response_text": FOREST,
                                           "sampleData": "soil_data"}])

@@ -12,6 +12,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return make_project(pytester)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_run_records_metrics_into_the_json_report(project):
     result, report = run(project)
     result.assert_outcomes(passed=3, failed=1)
@@ -28,6 +29,7 @@ def test_run_records_metrics_into_the_json_report(project):
     assert report["evals"]["run_id"].startswith("run_")
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_items_have_readable_ids_and_wrong_answers_pass(project):
     result, _ = run(project, "-v")
     result.stdout.fnmatch_lines(["*test_ebs[[]cropland_biome-case000-fake-ebs[]] PASSED*",
@@ -35,6 +37,7 @@ def test_items_have_readable_ids_and_wrong_answers_pass(project):
                                  "*test_ebs[[]forest_biome-case003-fake-ebs[]] FAILED*"])
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_scored_table_and_summary_are_written(project):
     result, _ = run(project)
     table = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text().splitlines()
@@ -44,6 +47,7 @@ def test_scored_table_and_summary_are_written(project):
                                  "*ontology_score*0.650 (0.000-1.000)*"])
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_same_numbers_with_and_without_xdist(project):
     _, serial = run(project, "-n", "0", "--cache", "off")
     _, parallel = run(project, "-n", "2", "--cache", "off")

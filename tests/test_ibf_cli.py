@@ -44,7 +44,7 @@ def test_blank_cells_are_unscored_not_zero(tmp_path, capsys):
 def test_text_output_names_the_band(tmp_path, capsys):
     assert main(["score", "ibf", str(_write(tmp_path, _phi_3_rows()))]) == 0
     out = capsys.readouterr().out
-    assert "mean_dimension_score     2.60  partial" in out
+    assert "mean_dimension_score     2.60  (ci95 2.57-2.64)  partial" in out
 
 
 def test_out_of_range_value_exits_2_naming_row_and_column(tmp_path, capsys):

@@ -49,6 +49,7 @@ def items(report: dict) -> int:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_signal_mid_run_stores_an_interrupted_run_with_the_items_that_finished(project, sig):
     proc = start(project, "run_0000abcd")
     deadline = time.monotonic() + 120
@@ -71,6 +72,7 @@ def test_signal_mid_run_stores_an_interrupted_run_with_the_items_that_finished(p
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_signal_after_every_item_finished_still_stores_the_completed_run(project, sig):
     # the regression: a KeyboardInterrupt inside sessionfinish stored no run at all
     proc = start(project, "run_0000abce", SIGNAL_AT="sessionfinish", SIGNAL_NAME=sig)
@@ -83,6 +85,7 @@ def test_signal_after_every_item_finished_still_stores_the_completed_run(project
     assert (run.status, run.total_items, responses) == ("completed", PLANNED, PLANNED)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_sigterm_before_any_item_ran_reports_interrupted_and_stores_nothing(project):
     proc = start(project, "run_0000abcf", SIGNAL_AT="runtestloop", SIGNAL_NAME="SIGTERM")
     output, _ = proc.communicate(timeout=120)

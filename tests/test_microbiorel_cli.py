@@ -14,7 +14,7 @@ from sklearn.metrics import f1_score, precision_score, recall_score
 from scorers.microbiorel import RELATION_CLASSES, normalize_relation
 
 JSON_KEYS = {"weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate", "n",
-             "per_class"}
+             "per_class", "ci95"}
 
 
 def fieldeval(*args: str) -> subprocess.CompletedProcess:
@@ -67,6 +67,7 @@ def test_score_re_prints_a_table(tmp_path):
     assert "weighted_f1" in result.stdout and "1.0000" in result.stdout
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_score_re_needs_model_when_several_are_present(tmp_path):
     write_tsv(tmp_path / "p.tsv", [{"model": "a", "gold": "None", "response_text": "None"},
                                    {"model": "b", "gold": "None", "response_text": "causes"}])

@@ -83,6 +83,7 @@ def _expected(golds, preds) -> dict:
     return score_relations(golds, preds).__dict__
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_direct_run_records_metrics_into_the_json_report(project, test_cases):
     result, entry = _run(project)
     result.assert_outcomes(passed=N_ITEMS)
@@ -99,6 +100,7 @@ def test_direct_run_records_metrics_into_the_json_report(project, test_cases):
                                  "*fake-re: 1 of 6 responses are not a class*"])
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_items_have_readable_ids(project):
     result, _ = _run(project, "-v")
     result.stdout.fnmatch_lines(["*test_microbiorel[[]pair000-brain-glia_cells-fake-re[]] PASSED*"])
@@ -119,6 +121,7 @@ def test_summarize_mode_classifies_from_the_summary(project, test_cases):
     assert set(table["prediction"]) == {"increase"}
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_filtered_candidates_offer_only_the_pairs_filtered_labels(project, test_cases):
     from fieldeval.benchmarks.microbiorel.prompts import candidate_classes
 
@@ -131,6 +134,7 @@ def test_filtered_candidates_offer_only_the_pairs_filtered_labels(project, test_
     assert entry["re_candidates"] == ["filtered"]
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_cli_rescoring_of_the_run_agrees_with_the_report(project):
     _, entry = _run(project)
     out = subprocess.run([sys.executable, "-m", "fieldeval.cli", "score", "re", "--json",

@@ -10,6 +10,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
 
 from tests.conftest import ROOT, TINY_ENUMS, TINY_OBO
 
@@ -25,6 +26,7 @@ def _run(args: list[str], *, cwd: Path, env: dict[str, str], python: str = sys.e
     return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_third_party_benchmark_installs_and_runs_with_pytest_and_fieldeval(tmp_path):
     project = tmp_path / "tinybench"
     shutil.copytree(EXAMPLE, project)
@@ -43,6 +45,7 @@ def test_a_third_party_benchmark_installs_and_runs_with_pytest_and_fieldeval(tmp
     assert "fieldeval arith: add two numbers, exact match" in helped.stdout and "--arith-cases" in helped.stdout
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_wheel_in_a_fresh_venv_scores_and_runs_its_bundled_evals(tmp_path):
     _pip("wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(ROOT), cwd=tmp_path)
     wheel = next((tmp_path / "dist").glob("fieldeval-*.whl"))

@@ -16,6 +16,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return make_project(pytester)
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_each_run_keeps_its_report_and_tables_and_the_newest_is_published(project):
     run(project, "--run-id", "run_00000001", "--cache", "off")
     _, second = run(project, "--run-id", "run_00000002", "--cache", "off", "-k", "not case000")
@@ -30,6 +31,7 @@ def test_each_run_keeps_its_report_and_tables_and_the_newest_is_published(projec
     assert not [p for p in (project.path / "reports").rglob("*.tmp")]
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_two_concurrent_sessions_never_mix_their_files(project):
     procs = [subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--cache", "off", "--run-id", run_id, *extra],
                               cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -46,6 +48,7 @@ def test_two_concurrent_sessions_never_mix_their_files(project):
     assert table == (reports / "runs" / newest / "ebs" / "results_envo_scored.tsv").read_text()
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_report_exitcode_counts_a_failed_gate(project):
     result, report = run(project, "-k", "not case003", "--fail-under", "ebs.ontology_score=0.7")
     assert result.ret == 1
@@ -53,6 +56,7 @@ def test_report_exitcode_counts_a_failed_gate(project):
     assert report["evals"]["status"] == "completed"
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_collect_only_writes_no_report(project):
     _, before = run(project, "--run-id", "run_000000c0")
     result = project.runpytest_subprocess(*ARGS, "--collect-only", "-q")

@@ -61,6 +61,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_three_concurrent_shards_merge_to_the_unsharded_run(project):
     with fresh_pg_store() as url:
         _finish(_pytest(project.path, url, "--run-id", "run_whole000"))
@@ -93,6 +94,7 @@ def test_three_concurrent_shards_merge_to_the_unsharded_run(project):
     assert merged_run["total_items"] == whole["total_items"] == 12
 
 
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_a_merge_applies_the_project_thresholds_and_writes_the_step_summary(project):
     with fresh_pg_store() as url:
         shards = [_pytest(project.path, url, "--splits", "2", "--group", str(k), "--run-group", "g2")
@@ -138,9 +140,10 @@ def _merge(url: str, capsys) -> tuple[int, str]:
 NODE = "evals/test_ebs.py::test_ebs[s-case{:03d}-m]"
 
 
-def test_merging_stored_shards_recomputes_the_bootstrap_over_their_union(store_url, capsys):
+def test_merging_stored_shards_recomputes_the_bootstrap_over_their_union(store_url, capsys, tmp_path, monkeypatch):
     from fieldeval.benchmarks.ebs.tables import aggregate
 
+    monkeypatch.chdir(tmp_path)  # a project without thresholds: this checkout's "*" default would gate model m
     with open_store(store_url) as store:
         _save_shard(store, "run_a", 2, 2, [NODE.format(i) for i in range(5, 9)])
         _save_shard(store, "run_b", 1, 2, [NODE.format(i) for i in range(5)])

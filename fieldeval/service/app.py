@@ -11,7 +11,7 @@ import hmac
 import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,7 +27,6 @@ from fieldeval.store.compare import PartialRunError
 from fieldeval.store.registration import ModelConflict, check_model_name
 from fieldeval.service.jobs import JobTable, Runner
 
-BENCHMARK_NAMES = ("ibf", "ebs", "microbiorel")
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 INT32_MAX = 2**31 - 1  # the models table's INTEGER columns (PostgreSQL's integer)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -77,11 +76,11 @@ def _as_field_error(check, value: str) -> str:
 
 
 class EvaluationIn(BaseModel):
-    """``POST /api/evaluations``: the seed's body plus ``benchmark``."""
+    """``POST /api/evaluations``: the seed's body plus ``benchmark`` (any installed one; default ``ibf``)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
     model_id: str = Field(min_length=1, max_length=200)
-    benchmark: Literal["ibf", "ebs", "microbiorel"] = "ibf"
+    benchmark: str = Field(default="ibf", min_length=1, max_length=200)
     corpus_version: str | None = Field(default=None, validate_default=True, max_length=200)
     batch_size: int = Field(default=8, ge=1, le=256)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
@@ -95,20 +94,47 @@ class EvaluationIn(BaseModel):
             raise ValueError("contains a control character (NUL, newline, ...); send one line of plain text")
         return value
 
+    @field_validator("benchmark")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from fieldeval.benchmark import benchmarks
+
+        if value not in benchmarks():
+            raise ValueError(f"{value!r} is not an installed benchmark; choose from {', '.join(sorted(benchmarks()))}")
+        return value
+
     @field_validator("corpus_version")
     @classmethod
-    def _corpus_for_ibf(cls, value: str | None, info: ValidationInfo) -> str | None:
-        benchmark = info.data.get("benchmark", "ibf")
-        if benchmark == "ibf":
-            from fieldeval.benchmarks.ibf.corpus import available_versions
+    def _corpus_version(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A benchmark that offers corpus versions (its ``corpus_versions`` member) needs one of them."""
+        from fieldeval.benchmark import benchmarks
 
+        name = info.data.get("benchmark")
+        bench = benchmarks().get(name) if name else None
+        if bench is None:
+            return value
+        if bench.corpus_versions is not None:
+            versions = list(bench.corpus_versions())
             if not value:
-                raise ValueError("required for an ibf evaluation, e.g. " + ", ".join(available_versions()))
-            if value not in available_versions():
-                raise ValueError(f"{value!r} is not a corpus version; choose from {', '.join(available_versions())}")
+                raise ValueError(f"required for an {name} evaluation, e.g. " + ", ".join(versions))
+            if value not in versions:
+                raise ValueError(f"{value!r} is not a corpus version; choose from {', '.join(versions)}")
         elif value:
-            raise ValueError(f"only ibf takes a corpus version; {benchmark} runs its pinned data, leave it out")
+            raise ValueError(f"only a benchmark with corpus versions takes one; {name} runs its pinned data, "
+                             "leave it out")
         return value
+
+
+def benchmark_list() -> list[dict[str, Any]]:
+    """``GET /api/benchmarks``: every installed benchmark as its face declares it."""
+    from fieldeval.benchmark import benchmarks
+
+    return [{"name": bench.name, "title": bench.title, "baseline": bench.baseline,
+             "metrics": [{"name": m.name, "low": m.low, "high": m.high, "headline": m.headline} for m in bench.metrics],
+             "corpus_versions": list(bench.corpus_versions()) if bench.corpus_versions else None,
+             "options": [f.metadata["flag"] for f in bench.option_fields()],
+             "charts": [chart.kind for chart in bench.dashboard.charts]}
+            for bench in benchmarks().values()]
 
 
 def plan_items(benchmark: str, corpus_version: str | None) -> int:
@@ -251,6 +277,11 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
             return _error(422, str(error))
         return JSONResponse({"model_id": record.model_id, "name": record.name, "registered_at": record.registered_at},
                             status_code=201 if created else 200)
+
+    @app.get("/api/benchmarks")
+    def list_benchmarks() -> list[dict[str, Any]]:
+        """The installed benchmarks (built-in and third-party): name, title, metrics, corpus versions, charts."""
+        return benchmark_list()
 
     @app.get("/api/models")
     def list_models() -> list[dict[str, Any]]:

@@ -1,5 +1,10 @@
 """The dashboard page: served at ``/`` and written as one self-contained file by ``fieldeval report``.
 
+Every benchmark reaches the page through its :class:`~fieldeval.benchmark.Benchmark`
+face: its name, title and headline metrics (one chart across runs, with ci95),
+and the charts its ``dashboard`` member declares. A third-party benchmark shows
+up as the built-in ones do.
+
 Jinja2 renders the page with autoescape on (model names, labels and any text
 from a run are escaped); the chart data travels as JSON inside a
 ``<script type="application/json">`` with ``<``, ``>`` and ``&`` escaped, and
@@ -10,17 +15,18 @@ report or served by the service, so a page fetches nothing from the internet.
 from __future__ import annotations
 
 import json
+import math
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
+from fieldeval.benchmark import Benchmark, Chart, benchmarks
 from fieldeval.errors import UsageError
-from fieldeval.service.views import IBF_AGGREGATES, IBF_DIMENSIONS, run_list
+from fieldeval.service.views import run_list
 
-EBS_METRICS = ["ontology_score", "exact_match"]
-RELATIONSHIPS = ["exact", "descendant", "ancestor", "unrelated", "parse_failure"]
+ERRORED = ("failed", "interrupted")
 
 
 def plotly_path() -> Path:
@@ -42,31 +48,73 @@ def _metric(entry: dict[str, Any] | None) -> dict[str, Any]:
     return {"value": entry.get("value"), "lo": ci[0], "hi": ci[1]}
 
 
-def _details(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """The IBF, EBS and MicrobioRel entries of one stored run, one per model."""
-    out: dict[str, list[dict[str, Any]]] = {"ibf": [], "ebs": [], "microbiorel": []}
+def wilson(count: int, total: int) -> dict[str, Any]:
+    """A share ``count/total`` with its Wilson score 95% interval (``value`` None when ``total`` is 0).
+
+    Example:
+        >>> wilson(5, 10)["value"]
+        0.5
+    """
+    if total <= 0:
+        return {"value": None, "lo": None, "hi": None}
+    z, p = 1.959963984540054, count / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return {"value": round(p, 6), "lo": round(max(0.0, centre - half), 6), "hi": round(min(1.0, centre + half), 6)}
+
+
+def headline_metrics(bench: Benchmark) -> list[dict[str, Any]]:
+    """The metrics of the benchmark's headline chart: its headline metrics on the first one's scale."""
+    heads = [m for m in bench.metrics if m.headline] or list(bench.metrics)
+    if not heads:
+        return []
+    scale = (heads[0].low, heads[0].high)
+    return [{"name": m.name, "low": m.low, "high": m.high} for m in heads if (m.low, m.high) == scale]
+
+
+def _chart_data(chart: Chart, full: dict[str, Any]) -> Any:
+    """What one chart needs of one model's report entry."""
+    if chart.kind == "groups":
+        return {group: _metric((values or {}).get(chart.metric)) for group, values in (full.get(chart.key) or {}).items()}
+    if chart.kind == "shares":
+        counts = full.get(chart.key) or {}
+        total = sum(int(n) for n in counts.values())
+        return {name: {**wilson(int(n), total), "count": int(n)} for name, n in counts.items()}
+    if chart.kind == "classes":
+        out = {}
+        for name, values in (full.get(chart.key) or {}).items():
+            ci = values.get(f"{chart.metric}_ci95") or [None, None]
+            out[name] = {"value": values.get(chart.metric), "lo": ci[0], "hi": ci[1], "support": values.get("support")}
+        return out
+    if chart.kind == "radar":
+        return {name: _metric(full.get(name)) for name in chart.metrics}
+    if chart.kind == "matrix":
+        return full.get(chart.key) or {"labels": [], "columns": [], "matrix": []}
+    raise ValueError(f"unknown chart kind {chart.kind!r}")
+
+
+def _entries(run: dict[str, Any], known: dict[str, Benchmark]) -> dict[str, list[dict[str, Any]]]:
+    """Each benchmark's entries of one stored run, one per model."""
+    out: dict[str, list[dict[str, Any]]] = {}
     payload = (run.get("payload") or {}).get("benchmarks") or {}
     base = {"run_id": run["run_id"], "label": run["label"] or "", "legacy": run["legacy"]}
-    for bench, by_model in run["metrics"].items():
-        version = run["corpus_versions"].get(bench) or ""
+    errors: dict[tuple[str, str], int] = {}
+    for error in run.get("errors") or []:
+        errors[(error["benchmark"], error["model"])] = errors.get((error["benchmark"], error["model"]), 0) + 1
+    for name, by_model in sorted(run["metrics"].items()):
+        bench = known.get(name)
+        if bench is None:
+            continue  # a benchmark no longer installed: its numbers stay in the store and the API
         for model, metrics in by_model.items():
-            entry = {**base, "model": model, "corpus_version": version, "key": f"{run['run_id']} {model}"}
-            full = (payload.get(bench) or {}).get(model) or {}
-            if bench == "ibf":
-                entry["scores"] = {name: _metric(metrics.get(name)) for name in IBF_DIMENSIONS + IBF_AGGREGATES}
-            elif bench == "ebs":
-                entry["headline"] = {name: _metric(metrics.get(name)) for name in run["headline"].get(bench, [])}
-                entry["per_stratum"] = {stratum: {m: _metric(values.get(m)) for m in EBS_METRICS}
-                                        for stratum, values in (full.get("per_stratum") or {}).items()}
-                counts = full.get("relationship_counts") or {}
-                entry["relationships"] = {name: counts.get(name, 0) for name in RELATIONSHIPS}
-            elif bench == "microbiorel":
-                entry["headline"] = {name: _metric(metrics.get(name)) for name in run["headline"].get(bench, [])}
-                entry["per_class"] = full.get("per_class") or {}
-                entry["confusion"] = full.get("confusion_matrix") or {"labels": [], "columns": [], "matrix": []}
-            else:
-                continue
-            out[bench].append(entry)
+            full = (payload.get(name) or {}).get(model) or {}
+            entry = {**base, "model": model, "corpus_version": run["corpus_versions"].get(name) or "",
+                     "key": f"{run['run_id']} {model}",
+                     "errors": int(full.get("errors") or errors.get((name, model), 0)),
+                     "items": full.get("items"),
+                     "metrics": {m.name: _metric(metrics.get(m.name)) for m in bench.metrics},
+                     "charts": [_chart_data(chart, {**full, **{k: v for k, v in metrics.items() if k not in full}})
+                                for chart in bench.dashboard.charts]}
+            out.setdefault(name, []).append(entry)
     return out
 
 
@@ -102,10 +150,19 @@ def few_cluster_notes(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _face(bench: Benchmark) -> dict[str, Any]:
+    """The benchmark as the page sees it."""
+    return {"name": bench.name, "title": bench.title, "headline": headline_metrics(bench),
+            "metrics": [m.name for m in bench.metrics],
+            "charts": [{"kind": c.kind, "title": c.title, "metric": c.metric, "metrics": list(c.metrics),
+                        "x_title": c.x_title, "y_title": c.y_title, "low": c.low, "high": c.high}
+                       for c in bench.dashboard.charts]}
+
+
 def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False,
             base: str | None = None) -> dict[str, Any]:
-    """What the template shows: the runs list, the details of every stored run in it, and the paired
-    differences of the stored runs against ``base``."""
+    """What the template shows: the runs list, each benchmark's entries, the data the charts draw, and the
+    paired differences of the stored runs against ``base``."""
     if jobs is not None:
         runs = run_list(store, jobs)
     else:
@@ -119,25 +176,44 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
         if missing:
             raise UsageError(f"run {missing[0]!r}: not in the store {store.url}; run `fieldeval runs list` for the ids")
         runs = [by_id[run_id] for run_id in dict.fromkeys(run_ids)]
-    details: dict[str, list[dict[str, Any]]] = {"ibf": [], "ebs": [], "microbiorel": []}
+    known = benchmarks()
+    details: dict[str, list[dict[str, Any]]] = {}
     cluster_notes: list[str] = []
     stored = {summary.run_id for summary in store.list_runs()}
+    records: dict[str, dict[str, Any]] = {}
     for run in runs:
         version = run["corpus_version"]
         run["corpus_text"] = version if isinstance(version, str) else "; ".join(f"{b}={v}" for b, v in (version or {}).items())
         run["corpus_list"] = [version] if isinstance(version, str) else list((version or {}).values())
         if run["run_id"] in stored:
-            full = store.get_run(run["run_id"])
-            for bench, entries in _details(full).items():
-                details[bench].extend(entries)
-            cluster_notes += few_cluster_notes(full)
-    data = {"live": live, "dimensions": IBF_DIMENSIONS, "relationships": RELATIONSHIPS, **details,
-            "runs": [{"run_id": r["run_id"], "status": r["status"]} for r in runs]}
-    paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in stored and
+            records[run["run_id"]] = record = store.get_run(run["run_id"])
+            for bench, entries in _entries(record, known).items():
+                details.setdefault(bench, []).extend(entries)
+            cluster_notes += few_cluster_notes(record)
+    merged = {(r.get("run_group"), r["run_id"]) for r in records.values()
+              if r.get("run_group") and r.get("shard_index") is None}
+    for run in runs:
+        record = records.get(run["run_id"]) or {}
+        errors = len(record.get("errors") or [])
+        run["errored_items"] = errors
+        run["errored"] = run["status"] in ERRORED or errors > 0
+        group = record.get("run_group")
+        run["shard_of"] = next((merged_id for g, merged_id in merged if g == group), None) \
+            if group and record.get("shard_index") is not None else None
+        run["shard"] = f"{record['shard_index']}/{record['shard_count']}" if run["shard_of"] else None
+    keys = list(dict.fromkeys(e["key"] for entries in details.values() for e in entries))
+    faces = [_face(known[name]) for name in sorted(details)]
+    data = {"live": live, "benchmarks": faces, "entries": details, "colours": {k: i for i, k in enumerate(keys)},
+            "runs": [{"run_id": r["run_id"], "status": r["status"], "errored": r["errored"],
+                      "shard_of": r["shard_of"]} for r in runs],
+            "available": [{"name": b.name, "title": b.title,
+                           "corpus_versions": list(b.corpus_versions()) if b.corpus_versions else []}
+                          for b in known.values()]}
+    paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in records and
                                        r["status"] in ("completed", "partial")])
-    return {"runs": runs, "details": details, "data": script_json(data), "live": live, "differences": paired,
-            "cluster_notes": cluster_notes,
-            "dimensions": IBF_DIMENSIONS, "aggregates": IBF_AGGREGATES, "relationships": RELATIONSHIPS,
+    return {"runs": runs, "details": details, "data": script_json(data), "live": live,
+            "differences": paired, "cluster_notes": cluster_notes,
+            "faces": {face["name"]: face for face in faces}, "available": data["available"],
             "benchmarks": sorted({b for r in runs for b in r["benchmarks"]}),
             "models": sorted({m for r in runs for m in r["models"]}),
             "corpus_versions": sorted({v for r in runs for v in r["corpus_list"] if v})}
@@ -150,7 +226,7 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
         store: the run store.
         jobs: the service's job table (None: stored runs only).
         run_ids: only these runs, in this order (None: every run).
-        live: served by ``fieldeval serve``.
+        live: served by ``fieldeval serve`` (also shows the form that starts an evaluation).
         base: show each run's paired differences against this stored run.
 
     Returns:

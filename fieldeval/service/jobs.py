@@ -178,6 +178,22 @@ def _die_with_parent(parent_pid: int):
     return step
 
 
+SERVICE_FIELDS = ("corpus_version", "temperature", "max_tokens")  # the body fields a benchmark may take as options
+
+
+def job_flags(job: Job) -> list[str]:
+    """The benchmark's own flags for the job's corpus version, temperature and max tokens: each where the
+    benchmark's options declare a field of that name (e.g. IBF's ``--ibf-temperature``), found through its face."""
+    from fieldeval.benchmark import get_benchmark
+
+    values = {"corpus_version": job.corpus_version, **(job.options or {})}
+    flags = []
+    for f in get_benchmark(job.benchmark).option_fields():
+        if f.name in SERVICE_FIELDS and values.get(f.name) is not None:
+            flags += [f.metadata["flag"], str(values[f.name])]
+    return flags
+
+
 class Runner:
     """Runs queued jobs one at a time in a worker thread and keeps their records current."""
 
@@ -222,10 +238,7 @@ class Runner:
                "--eval-report", str(progress.parent / "reports" / "report.json")]
         if job.label:
             cmd += ["--run-label", job.label]
-        if job.benchmark == "ibf":
-            cmd += ["--corpus-version", job.corpus_version or "", "--ibf-temperature", str(job.options["temperature"]),
-                    "--ibf-max-tokens", str(job.options["max_tokens"])]
-        return cmd
+        return cmd + job_flags(job)
 
     def _work(self) -> None:
         while not self._stopping.is_set():

@@ -11,9 +11,6 @@ from typing import Any
 from fieldeval.errors import UsageError
 from fieldeval.service.jobs import ACTIVE, Job, JobTable
 
-IBF_DIMENSIONS = ["hazard_recognition", "impact_reasoning", "uncertainty_handling", "action_relevance",
-                  "geographic_specificity"]
-IBF_AGGREGATES = ["mean_dimension_score", "threshold_pass_rate"]
 DEFAULT_S_PER_ITEM = 1.25  # the seed's 340 items in about 420 s
 
 
@@ -24,6 +21,18 @@ class NotFound(LookupError):
 def model_ids_by_name(store) -> dict[str, str]:
     """The latest registered model_id of every registered name."""
     return {record.name: record.model_id for record in store.list_models()}
+
+
+def seed_scores(bench: str) -> tuple[list[str], list[str]]:
+    """The seed's top-level ``scores`` and aggregate keys of a one-model run of ``bench``, from its face:
+    the metrics of its radar chart and its store's run columns (IBF: five dimensions, MDS and TPR)."""
+    from fieldeval.benchmark import benchmarks
+
+    face = benchmarks().get(bench)
+    radar = next((chart for chart in face.dashboard.charts if chart.kind == "radar"), None) if face else None
+    if radar is None:
+        return [], []
+    return list(radar.metrics), [name for name in face.store_columns.run if name not in radar.metrics]
 
 
 def job_view(job: Job) -> dict[str, Any]:
@@ -41,7 +50,7 @@ def stored_view(run: dict[str, Any], *, model_id: str | None = None) -> dict[str
     """The seed's per-run view of a stored run, with every benchmark's headline metrics and their ci95.
 
     IBF runs of one model also carry the seed's top-level ``scores``,
-    ``mean_dimension_score`` and ``threshold_pass_rate``.
+    ``mean_dimension_score`` and ``threshold_pass_rate`` (see :func:`seed_scores`).
     """
     models = list(run["models"])
     versions = run["corpus_versions"]
@@ -52,12 +61,13 @@ def stored_view(run: dict[str, Any], *, model_id: str | None = None) -> dict[str
         "status": run["status"], "created_at": run["created_at"], "completed_at": run["completed_at"],
         "total_items": run["total_items"], "legacy": run["legacy"],
     }
-    ibf = run["metrics"].get("ibf", {})
-    if len(ibf) == 1:
-        (entry,) = ibf.values()
-        view["scores"] = {name: (entry.get(name) or {}).get("value") for name in IBF_DIMENSIONS}
-        for name in IBF_AGGREGATES:
-            view[name] = (entry.get(name) or {}).get("value")
+    for bench, by_model in run["metrics"].items():
+        dimensions, aggregates = seed_scores(bench)
+        if dimensions and len(by_model) == 1:
+            (entry,) = by_model.values()
+            view["scores"] = {name: (entry.get(name) or {}).get("value") for name in dimensions}
+            for name in aggregates:
+                view[name] = (entry.get(name) or {}).get("value")
     view["metrics"] = {
         bench: {model: {name: metrics[name] for name in run["headline"].get(bench, []) if name in metrics}
                 for model, metrics in by_model.items()}
@@ -88,12 +98,14 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
     """``GET /api/evaluations``: stored runs, then jobs without a stored run (queued, running, failed...)."""
     out = []
     stored = set()
+    registered = model_ids_by_name(store)
     for run in store.list_runs(benchmark=benchmark, corpus_version=corpus_version):
         stored.add(run.run_id)
         if model and model not in run.models:
             continue
         versions = run.corpus_versions
         out.append({"run_id": run.run_id, "label": run.label, "benchmarks": run.benchmarks, "models": run.models,
+                    "model_id": registered.get(run.models[0]) if len(run.models) == 1 else None,
                     "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
                     "status": run.status, "total_items": run.total_items, "done": run.total_items,
                     "created_at": run.created_at, "completed_at": run.completed_at, "legacy": run.legacy})
@@ -105,6 +117,7 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
                 corpus_version and job.corpus_version != corpus_version):
             continue
         out.append({"run_id": job.run_id, "label": job.label, "benchmarks": [job.benchmark], "models": [job.model],
+                    "model_id": job.model_id or registered.get(job.model),
                     "corpus_version": job.corpus_version, "status": job.status, "total_items": job.total,
                     "done": job.done, "created_at": job.created_at, "completed_at": job.finished_at,
                     "legacy": False})

@@ -1,4 +1,11 @@
-"""Where the run store is: ``$FIELDEVAL_STORE`` or ``reports/fieldeval.db``; stdlib only.
+"""Where the run store is: ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db`` under the project root; stdlib only.
+
+One rule for pytest and every ``fieldeval`` command, so that ``pytest evals``
+followed by ``fieldeval runs list`` reads the same store. The project root is
+found the way pytest finds its rootdir: the nearest folder, from the current
+one upwards, holding ``pyproject.toml`` (or pytest's ``pytest.ini``,
+``tox.ini``, ``setup.cfg``); else the topmost one holding ``conftest.py``;
+else the current folder.
 
 :mod:`fieldeval.endpoints` reads the store on every llm model lookup, so this
 module (and :mod:`fieldeval.store.registry`) must not import SQLAlchemy.
@@ -9,14 +16,35 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_STORE_PATH = PROJECT_ROOT / "reports" / "fieldeval.db"
+DEFAULT_STORE_PATH = Path("reports") / "fieldeval.db"  # under the project root
 STORE_ENV = "FIELDEVAL_STORE"
+ROOT_FILES = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg")
 
 
-def default_store_url() -> str:
+def project_root(start: str | Path | None = None) -> Path:
+    """The project root above ``start`` (default: the current folder), as pytest finds its rootdir.
+
+    Example:
+        >>> project_root("/home/me/mybench/evals")  # doctest: +SKIP
+        PosixPath('/home/me/mybench')
+    """
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    folders = [here, *here.parents]
+    for folder in folders:
+        if any((folder / name).is_file() for name in ROOT_FILES):
+            return folder
+    with_conftest = [folder for folder in folders if (folder / "conftest.py").is_file()]
+    return with_conftest[-1] if with_conftest else here
+
+
+def default_store_path(start: str | Path | None = None) -> Path:
+    """``reports/fieldeval.db`` under the :func:`project_root` of ``start``."""
+    return project_root(start) / DEFAULT_STORE_PATH
+
+
+def default_store_url(start: str | Path | None = None) -> str:
     """``$FIELDEVAL_STORE`` when set, else the SQLite file ``reports/fieldeval.db`` under the project root."""
-    return os.environ.get(STORE_ENV) or f"sqlite:///{DEFAULT_STORE_PATH}"
+    return os.environ.get(STORE_ENV) or f"sqlite:///{default_store_path(start)}"
 
 
 def sqlite_path(url: str) -> Path | None:

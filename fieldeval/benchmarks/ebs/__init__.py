@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
 from fieldeval.benchmarks.ebs.cli import register_cli
 from fieldeval.benchmarks.ebs.enums import load_enums
 from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
@@ -83,4 +83,10 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     cluster_key=_study,
     estimators=estimators,
+    dashboard=Dashboard(charts=(
+        Chart("groups", "EBS ontology score per stratum", key="per_stratum", metric="ontology_score",
+              x_title="stratum", y_title="ontology score"),
+        Chart("shares", "EBS relationship of the answer to the expected term", key="relationship_counts",
+              x_title="relationship", y_title="share of items"),
+    )),
 )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
 from fieldeval.errors import UsageError
-from fieldeval.stats import Design, Estimator, estimate
+from fieldeval.inputs import write_tsv
+from fieldeval.stats import Design, Estimator, estimate, mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs
 
 METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
@@ -112,21 +112,21 @@ def write_scored(df, path: Path) -> None:
     """Write a scored table as ``df.to_csv(path, sep="\\t", index=False)`` would, None and NA as empty cells.
 
     Lines are joined directly when no cell needs quoting (no tab, newline,
-    carriage return or double quote), several times faster than ``to_csv``;
-    otherwise the csv module quotes the cells as ``to_csv`` does.
+    carriage return, double quote or NUL), several times faster than ``to_csv``;
+    otherwise every cell goes through :func:`fieldeval.inputs.tsv_cell`, which
+    quotes as ``to_csv`` does and also quotes a bare carriage return (``to_csv``
+    leaves it bare, and ``read_csv`` then splits the row), and writes NUL as ``\\x00``.
     """
     header = [str(name) for name in df.columns]
     columns = [_cells(df.iloc[:, position]) for position in range(df.shape[1])]
     text = "\n".join(map("\t".join, [header, *zip(*columns)])) + "\n"
-    plain = ('"' not in text and "\r" not in text and text.count("\n") == len(df) + 1
+    plain = ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(df) + 1
              and text.count("\t") == (len(df) + 1) * (len(header) - 1))
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-        if plain:
+    if plain:
+        with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
-        else:
-            writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(zip(*columns))
+    else:
+        write_tsv(path, header, zip(*columns))
 
 
 def _cells(column) -> list[str]:
@@ -148,6 +148,10 @@ def summary_lines(df) -> list[str]:
     models = df.groupby("model")["ontology_score"].agg(["mean", "count"]).sort_values("mean", ascending=False)
     for model, row in models.iterrows():
         lines.append(f"  {row['mean']:.3f}  {model}  (n={int(row['count'])})")
+    lines += ["", "Ontology score ci95 (seeded bootstrap over the rows, as a run's report gives it):"]
+    for model in models.index:  # a block of its own: the ranking lines keep upstream's layout
+        lo, hi = mean_metric(df.loc[df["model"] == model, "ontology_score"].dropna().astype(float).tolist())["ci95"]
+        lines.append(f"  {'-' if lo is None else f'{lo:.3f}-{hi:.3f}'}  {model}")
     for title, column in [("Exact match rate", "exact_match"), ("Parse rate", "parse_success")]:
         lines += ["", f"{title}:"]
         for model, rate in df.groupby("model")[column].mean().items():

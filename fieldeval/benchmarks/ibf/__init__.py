@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fieldeval.benchmark import Benchmark, Metric, RunMeta, StoreColumns, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, StoreColumns, option
 from fieldeval.benchmarks.ibf.aggregate import aggregate, estimators, summary_notes
-from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, load_corpus
+from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, available_versions, load_corpus
 from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
 from fieldeval.errors import UsageError
 from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA
@@ -37,9 +37,9 @@ class IbfOptions:
         "--judge-model", metavar="MODEL",
         help="llm model that grades IBF responses (default: the offline reference scorer)"))
     temperature: float = field(default=DEFAULT_TEMPERATURE, metadata=option(
-        "--ibf-temperature", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
+        "--ibf-temperature", metavar="T", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
     max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
-        "--ibf-max-tokens", help=f"generation budget for IBF answers (default: {DEFAULT_MAX_TOKENS})"))
+        "--ibf-max-tokens", metavar="N", help=f"generation budget for IBF answers (default: {DEFAULT_MAX_TOKENS})"))
 
 
 @dataclass(frozen=True)
@@ -95,4 +95,8 @@ BENCHMARK = Benchmark(
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
     cluster_key=_hazard,
     estimators=estimators,
+    dashboard=Dashboard(charts=(
+        Chart("radar", "IBF dimensions (0-4), one polygon per run", metrics=tuple(DIMENSIONS), high=4.0),
+    )),
+    corpus_versions=available_versions,
 )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
-from fieldeval.inputs import read_tsv
+from fieldeval.inputs import read_tsv, write_tsv
 from scorers.ibf import DIMENSIONS, reading, run_scores
 
 SCORES_FILE = "scores.tsv"
@@ -18,20 +17,12 @@ SCORE_COLUMNS = ["item_id", *DIMENSIONS]
 TABLE_COLUMNS = ["model", "item_id", "hazard", "region", "corpus_version", *DIMENSIONS, "scorer",
                  "unscored_reason", "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd",
                  "cached", "response_text", "judge_response"]
-def _cell(value) -> str:
-    return "" if value is None else str(value)
-
-
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     """Write the run's scores as ``reports/ibf/scores.tsv`` (the columns ``fieldeval score ibf`` reads)."""
     folder = Path(reports_dir) / "ibf"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SCORES_FILE
-    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(TABLE_COLUMNS)
-        for row in rows:
-            writer.writerow([_cell(row.get(c)) for c in TABLE_COLUMNS])
+    write_tsv(path, TABLE_COLUMNS, ([row.get(c) for c in TABLE_COLUMNS] for row in rows))
     return [path]
 
 
@@ -69,8 +60,18 @@ def run_payload(scores: list[list[int | None]], *, model: str | None = None) -> 
         "threshold_pass_rate": None if tpr is None else round(tpr, 4),
         "unscored": {d: sum(s[i] is None for s in scores) for i, d in enumerate(DIMENSIONS)},
         "reading": reading(mds, tpr),
+        "ci95": _intervals(scores),
     }
     return payload
+
+
+def _intervals(scores: list[list[int | None]]) -> dict[str, list[float | None]]:
+    """Each dimension's, MDS's and TPR's ci95, from the run aggregate's seeded bootstrap."""
+    from fieldeval.benchmarks.ibf.aggregate import aggregate
+    from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    out = aggregate([dict(zip(DIMENSIONS, item)) for item in scores], seed=DEFAULT_SEED, resamples=DEFAULT_RESAMPLES)
+    return {name: out[name]["ci95"] for name in [*DIMENSIONS, "mean_dimension_score", "threshold_pass_rate"]}
 
 
 def score_table(path: Path) -> dict:
@@ -86,14 +87,19 @@ def _format_run(payload: dict) -> list[str]:
     def num(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
+    def ci(name, digits=2):
+        lo, hi = payload["ci95"][name]
+        return "ci95 -" if lo is None else f"ci95 {lo:.{digits}f}-{hi:.{digits}f}"
+
     head = f"{payload.get('model_name') or 'run'}: {payload['total_items']} items"
     lines = [head]
     for dim, value in payload["scores"].items():
-        lines.append(f"  {dim:24s} {num(value)}  (unscored {payload['unscored'][dim]})")
+        lines.append(f"  {dim:24s} {num(value)}  ({ci(dim)}; unscored {payload['unscored'][dim]})")
     r = payload["reading"]
-    lines.append(f"  {'mean_dimension_score':24s} {num(payload['mean_dimension_score'])}  {r['mds_band'] or '-'}")
+    lines.append(f"  {'mean_dimension_score':24s} {num(payload['mean_dimension_score'])}  "
+                 f"({ci('mean_dimension_score')})  {r['mds_band'] or '-'}")
     lines.append(f"  {'threshold_pass_rate':24s} {num(payload['threshold_pass_rate'], 4)}  "
-                 f"{'below 0.4' if r['tpr_meets_minimum'] is False else ''}".rstrip())
+                 f"({ci('threshold_pass_rate', 4)})  {'below 0.4' if r['tpr_meets_minimum'] is False else ''}".rstrip())
     lines.append(f"  reading: {r['overall'] or '-'}")
     return lines
 

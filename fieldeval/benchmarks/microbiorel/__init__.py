@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fieldeval.benchmark import Benchmark, Metric, RunMeta, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
 from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
 from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
 from fieldeval.benchmarks.microbiorel.tables import aggregate, estimators, register_cli, summary_notes, write_outputs
@@ -101,4 +101,10 @@ BENCHMARK = Benchmark(
     warm=warm,
     cluster_key=_paragraph,
     estimators=estimators,
+    dashboard=Dashboard(charts=(
+        Chart("classes", "MicrobioRel F1 per relation class", key="per_class", metric="f1",
+              x_title="relation class", y_title="F1"),
+        Chart("matrix", "MicrobioRel confusion matrix", key="confusion_matrix", x_title="predicted",
+              y_title="gold"),
+    )),
 )

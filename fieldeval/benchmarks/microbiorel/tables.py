@@ -10,8 +10,8 @@ import numpy as np
 
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
-from fieldeval.inputs import read_tsv_frame
-from fieldeval.stats import Design, Estimator, estimate
+from fieldeval.inputs import read_tsv_frame, write_tsv
+from fieldeval.stats import Design, Estimator, estimate, mean_metric, statistic_metric
 from scorers.microbiorel import (
     RELATION_CLASSES,
     encode_labels,
@@ -58,12 +58,31 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     out: dict = {name: estimate(est, design, seed=seed, resamples=resamples)
                  for name, est in estimators(rows).items()}
     scores = score_relations(golds, preds)
+    f1_ci = per_class_f1_ci95(codes, seed=seed, resamples=resamples)
     out["per_class"] = {name: {"precision": round(s.precision, 6), "recall": round(s.recall, 6),
-                               "f1": round(s.f1, 6), "support": s.support}
-                        for name, s in scores.per_class.items()}
+                               "f1": round(s.f1, 6), "f1_ci95": f1_ci[i], "support": s.support}
+                        for i, (name, s) in enumerate(scores.per_class.items())}
     out["confusion_matrix"] = scores.confusion_matrix
     out["re_mode"] = sorted({row.get("re_mode") or "direct" for row in rows})
     out["re_candidates"] = sorted({row.get("re_candidates") or "all" for row in rows})
+    return out
+
+
+def per_class_f1_ci95(codes, *, seed: int, resamples: int) -> list[list[float | None]]:
+    """Each class's F1 ci95 ``[lo, hi]`` from one seeded bootstrap over the items (the resamples of
+    :func:`~fieldeval.stats.statistic_metric`); F1 counts as 0 in a resample where it is undefined."""
+    import numpy as np
+
+    from fieldeval.stats import resample_indices
+    from scorers.microbiorel import per_class_f1_batch
+
+    n_classes = len(RELATION_CLASSES)
+    if len(codes) == 0:
+        return [[None, None]] * n_classes
+    f1 = per_class_f1_batch(codes[resample_indices(len(codes), resamples=resamples, seed=seed)], n_classes=n_classes)
+    out = []
+    for lo, hi in np.percentile(f1, [2.5, 97.5], axis=0).T:
+        out.append([round(float(lo), 6), round(float(hi), 6)])
     return out
 
 
@@ -75,7 +94,8 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows).reindex(columns=PREDICTION_COLUMNS)
     path = folder / "predictions.tsv"
-    df.to_csv(path, sep="\t", index=False, errors="backslashreplace")
+    cells = df.astype(object).where(df.notna(), None).itertuples(index=False, name=None)
+    write_tsv(path, PREDICTION_COLUMNS, cells)  # as to_csv writes it, with every control character quoted
     return [path]
 
 
@@ -124,6 +144,9 @@ def read_predictions(path: Path, *, model: str | None = None):
     return df
 
 
+SCORE_KEYS = ["weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate"]
+
+
 def score_table(df) -> dict:
     """The CLI's JSON object for a checked predictions table."""
     golds = df["gold"].tolist()
@@ -139,7 +162,17 @@ def score_table(df) -> dict:
         "n": scores.n,
         "per_class": {name: {"precision": s.precision, "recall": s.recall, "f1": s.f1, "support": s.support}
                       for name, s in scores.per_class.items()},
+        "ci95": _intervals(golds, preds),
     }
+
+
+def _intervals(golds: list[str], preds: list[str | None]) -> dict[str, list[float | None]]:
+    """Each headline metric's ci95, from the run aggregate's seeded bootstrap."""
+    from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    out = aggregate([{"gold": g, "prediction": p} for g, p in zip(golds, preds)], seed=DEFAULT_SEED,
+                    resamples=DEFAULT_RESAMPLES)
+    return {key: out[key]["ci95"] for key in SCORE_KEYS}
 
 
 def _score_re(args: argparse.Namespace) -> int:
@@ -148,8 +181,9 @@ def _score_re(args: argparse.Namespace) -> int:
         print(json.dumps(result, sort_keys=True))
         return 0
     print(f"MicrobioRel exact-match scores ({result['n']} predictions)")
-    for key in ["weighted_f1", "weighted_precision", "weighted_recall", "macro_f1", "accuracy", "parse_rate"]:
-        print(f"  {key:20s} {result[key]:.4f}")
+    for key in SCORE_KEYS:
+        lo, hi = result["ci95"][key]
+        print(f"  {key:20s} {result[key]:.4f}  (ci95 {lo:.4f}-{hi:.4f})")
     print("\n  class                  precision  recall     f1  support")
     for name, s in result["per_class"].items():
         if s["support"] or s["precision"]:

@@ -6,7 +6,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fieldeval import Benchmark, Metric, RunMeta, UsageError, option
+from fieldeval import Benchmark, Dashboard, Metric, RunMeta, UsageError, option, write_tsv
 from fieldeval.stats import mean_metric
 
 
@@ -46,13 +46,10 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
-    """reports/arith/answers.tsv."""
+    """reports/arith/answers.tsv; write_tsv quotes any text a model answers, so the table reads back."""
     path = Path(reports_dir) / "arith" / "answers.tsv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(["model", "case", "answer", "correct"])
-        writer.writerows([r["model"], r["case"], r["answer"], r["correct"]] for r in rows)
+    write_tsv(path, ["model", "case", "answer", "correct"], ([r["model"], r["case"], r["answer"], r["correct"]] for r in rows))
     return [path]
 
 
@@ -85,5 +82,7 @@ BENCHMARK = Benchmark(
     aggregate=aggregate,
     write_outputs=write_outputs,
     register_cli=register_cli,
-    run_meta=lambda cases: RunMeta(corpus_version=f"arith-{len(cases)}"),
+    # the version of the data, never of an option: a new corpus_version marks the runs of older ones "(legacy)"
+    run_meta=lambda cases: RunMeta(corpus_version="arith-v1"),
+    dashboard=Dashboard(),  # the headline chart (accuracy with its ci95) across runs is drawn for every benchmark
 )

@@ -1,0 +1,51 @@
+"""``fieldeval score`` prints each headline number with the ci95 a run's report gives for the same items."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from fieldeval.stats import mean_metric
+from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
+
+
+def fieldeval(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fieldeval.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_score_ibf_prints_the_ci95_of_each_dimension(tmp_path):
+    values = [2, 3, 1, 4, 2, 2, 0, 3]
+    header = "item_id\thazard_recognition\timpact_reasoning\tuncertainty_handling\taction_relevance\tgeographic_specificity\n"
+    (tmp_path / "s.tsv").write_text(header + "".join(f"i{n}\t{v}\t2\t2\t2\t2\n" for n, v in enumerate(values)))
+    done = fieldeval("score", "ibf", "s.tsv", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = mean_metric([float(v) for v in values])["ci95"]  # what a run's report shows for these items
+    assert json.loads(done.stdout)["ci95"]["hazard_recognition"] == expected
+    text = fieldeval("score", "ibf", "s.tsv", cwd=tmp_path).stdout
+    assert f"(ci95 {expected[0]:.2f}-{expected[1]:.2f}; unscored 0)" in text
+
+
+def test_score_re_prints_the_ci95_of_each_metric(tmp_path):
+    rows = [("None", "None"), ("causes", "causes"), ("causes", "None"), ("treats", "treats")] * 3
+    (tmp_path / "p.tsv").write_text("gold\tresponse_text\n" + "".join(f"{g}\t{r}\n" for g, r in rows))
+    result = json.loads(fieldeval("score", "re", "p.tsv", "--json", cwd=tmp_path).stdout)
+    expected = mean_metric([float(g == r) for g, r in rows])["ci95"]
+    assert result["ci95"]["accuracy"] == expected
+    assert f"accuracy             {result['accuracy']:.4f}  (ci95 {expected[0]:.4f}-{expected[1]:.4f})" in fieldeval(
+        "score", "re", "p.tsv", cwd=tmp_path).stdout
+
+
+def test_score_ebs_prints_the_ci95_of_each_models_ontology_score(tmp_path):
+    forest = "forest biome [ENVO:01000174]"
+    rows = [("m", forest, forest), ("m", forest, "cropland biome [ENVO:01000245]"), ("m", forest, "nonsense")]
+    (tmp_path / "r.tsv").write_text("model\tcase_ideal\tresponse_text\tsampleData\n"
+                                    + "".join(f"{m}\t{i}\t{r}\tsoil_data\n" for m, i, r in rows))
+    done = fieldeval("score", "ebs", "r.tsv", "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    import pandas as pd
+
+    scores = pd.read_csv(tmp_path / "results_envo_scored.tsv", sep="\t")["ontology_score"].astype(float).tolist()
+    lo, hi = mean_metric(scores)["ci95"]
+    assert f"\n  {lo:.3f}-{hi:.3f}  m\n" in done.stdout.split("Ontology score ci95")[1]
