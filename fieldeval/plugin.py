@@ -10,6 +10,8 @@ pytest-json-report's file as ``report["evals"]`` and in the run store.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import shutil
@@ -20,15 +22,16 @@ from pathlib import Path
 import pytest
 
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
-from fieldeval.benchmark import benchmarks
+from fieldeval.benchmark import benchmarks, get_benchmark
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.runfiles import RunFiles
+from fieldeval.runfiles import TRIM_ABOVE_ITEMS, RunFiles, trim_report
 from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
+FREEZE_ABOVE_ITEMS = 1_000  # sessions this large freeze the collected objects (gc.freeze) and what is left at exit
 SESSION_DIR_KEY = "fieldeval_session_dir"
 
 _SESSION = pytest.StashKey[EvalSession]()
@@ -157,20 +160,40 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = eval_session(metafunc.config)
     bench = state.benchmark(marker.kwargs["benchmark"])
     if "case" in metafunc.fixturenames:
-        cases = list(bench.cases(state.context(bench.name)))
-        metafunc.parametrize("case", cases, ids=[case.test_id for case in cases])
+        # the parameters are case positions, the ids the cases' own; the ``case`` fixture reads a case when its
+        # item runs, so a process holds the cases of the items it runs, not the whole suite
+        cases = bench.cases(state.context(bench.name))
+        ids = cases.test_ids() if hasattr(cases, "test_ids") else [case.test_id for case in cases]
+        metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
         metafunc.parametrize("model", state.models_for(bench.name))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Plan the progress counts and start calling models ahead of the items."""
+    """Plan the progress counts, start calling models ahead of the items, and freeze the collected objects.
+
+    With many items, ``gc.freeze()`` moves everything collection built into the
+    permanent generation, so neither the collector during the run nor the
+    collections at exit walk the items again.
+    """
     state = eval_session(session.config)
     eval_items = [item for item in session.items if _tag(item) is not None]
+    state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
+    if len(eval_items) > TRIM_ABOVE_ITEMS:
+        _lighten_json_report(session.config)
     if not session.config.option.collectonly:
         state.prefetch(eval_items, _dry_run_job)
+    if len(eval_items) >= FREEZE_ABOVE_ITEMS:
+        gc.freeze()
+
+
+def _lighten_json_report(config: pytest.Config) -> None:
+    """Above the trim limit, pytest-json-report keeps no keywords, logs or captured output per test."""
+    omit = getattr(config.option, "json_report_omit", None)
+    if isinstance(omit, list):
+        omit.extend(key for key in ("keywords", "log", "streams") if key not in omit)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -179,6 +202,8 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
+        if state.eval_items > TRIM_ABOVE_ITEMS:
+            _lighten_json_report(node.config)
 
 
 def _tag(item: pytest.Item) -> tuple[str, str] | None:
@@ -197,7 +222,26 @@ def _dry_run_job(item: pytest.Item, fixtures: dict) -> tuple[Callable, dict] | N
     if function is None:
         return None
     kwargs = dry_run_arguments(function, dict(item.callspec.params), fixtures)
-    return None if kwargs is None else (function, kwargs)
+    if kwargs is None:
+        return None
+    if isinstance(kwargs.get("case"), int) and "context" in fixtures:  # a case position: read when the call runs
+        bench = get_benchmark(item.get_closest_marker(MARKER).kwargs["benchmark"])
+        return functools.partial(_with_case, function, bench.cases(fixtures["context"])), kwargs
+    return function, kwargs
+
+
+def _with_case(function: Callable, cases, /, case: int, **kwargs):
+    return function(case=cases[case], **kwargs)
+
+
+@pytest.fixture
+def case(request: pytest.FixtureRequest):
+    """The eval item's case, read from its benchmark's cases by the position it was parametrised with."""
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None or not hasattr(request, "param"):
+        raise pytest.UsageError(f"{request.node.nodeid}: the case fixture needs @pytest.mark.{MARKER}(benchmark=...)")
+    state = eval_session(request.config)
+    return state.benchmark(marker.kwargs["benchmark"]).cases(state.context(marker.kwargs["benchmark"]))[request.param]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -285,10 +329,13 @@ def pytest_sessionfinish(session: pytest.Session):
 def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> None:
     """The run's tables and report under its folder, published to reports/, the Markdown summary, the store."""
     tables = state.write_outputs(files.folder)
+    rows = files.write_rows(row for name in sorted(state.rows) for row in state.sorted_rows(name))
     json_plugin = getattr(config, "_json_report", None)
     report = getattr(json_plugin, "report", None)
     if report is not None:
         report["exitcode"] = exitstatus
+        report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
+        trim_report(report, state.eval_items)
         files.write_report(report, indent=config.option.json_report_indent)
     files.publish(tables)
     files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
@@ -300,6 +347,8 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
             handle.write(render_markdown(state.payload()))
     if state.has_results():
         state.save_run(exitstatus)
+    if state.eval_items >= FREEZE_ABOVE_ITEMS:
+        gc.freeze()  # what the run built stays for the exit: no collection need walk it again
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

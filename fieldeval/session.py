@@ -27,6 +27,7 @@ from fieldeval.gates import check_gate, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.progress import Progress
+from fieldeval.runfiles import TRIM_ABOVE_ITEMS
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
 ROW_KEY = "fieldeval.row"
@@ -54,6 +55,7 @@ class EvalSession:
         self.run_id = options.run_id or "run_" + secrets.token_hex(4)
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
+        self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.errors: Counter[tuple[str, str]] = Counter()
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
@@ -156,6 +158,7 @@ class EvalSession:
     def plan(self, keys: list[tuple[str, str] | None]) -> None:
         """Planned items per (benchmark, model), from the collected items."""
         self.progress.plan([k for k in keys if k is not None])
+        self.eval_items = max(self.eval_items, sum(self.progress.planned.values()))
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
@@ -208,6 +211,7 @@ class EvalSession:
 
     # --- what the items report -----------------------------------------------------------------
 
+    @pytest.hookimpl(tryfirst=True)  # before pytest-json-report reads the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the rows, errors and progress an item's report carries (controller only)."""
         if hasattr(self.config, "workerinput") or self.status != "running":  # workers send reports on; the
@@ -230,6 +234,9 @@ class EvalSession:
                     row = json.loads(value)
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
+        if report.when == "teardown" and self.eval_items > TRIM_ABOVE_ITEMS:
+            # the row is taken: pytest-json-report need not keep a second copy of it for every item
+            report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
             self.progress.finish(key, failed=report.failed)
             self._write_progress()
