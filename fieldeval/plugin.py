@@ -26,7 +26,7 @@ from fieldeval.benchmark import benchmarks, get_benchmark
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.runfiles import TRIM_ABOVE_ITEMS, RunFiles, trim_report
+from fieldeval.runfiles import RunFiles, trim_limit, trim_report
 from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.signals import Interrupts
 
@@ -181,7 +181,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
-    if len(eval_items) > TRIM_ABOVE_ITEMS:
+    if len(eval_items) > trim_limit():
         _lighten_json_report(session.config)
     if not session.config.option.collectonly:
         state.prefetch(eval_items, _dry_run_job)
@@ -202,7 +202,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
-        if state.eval_items > TRIM_ABOVE_ITEMS:
+        if state.eval_items > trim_limit():
             _lighten_json_report(node.config)
 
 

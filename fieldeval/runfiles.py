@@ -26,9 +26,16 @@ RUNS_DIR = "runs"
 STATUS_FILE = "status.json"
 REPORT_FILE = "report.json"
 ROWS_FILE = "rows.jsonl"
-# above this many eval items, report.json keeps pytest-json-report's entries of the items that did not pass
-# only, and no collectors: the rows file holds every item
+# above this many eval items (or $FIELDEVAL_REPORT_TESTS_LIMIT), report.json keeps pytest-json-report's entries
+# of the items that did not pass only, and no collectors: the rows file holds every item
 TRIM_ABOVE_ITEMS = 10_000
+TRIM_ENV = "FIELDEVAL_REPORT_TESTS_LIMIT"
+
+
+def trim_limit() -> int:
+    """The eval item count above which report.json's per-test entries are trimmed."""
+    value = os.environ.get(TRIM_ENV, "")
+    return int(value) if value.strip().isdigit() else TRIM_ABOVE_ITEMS
 LOCK_FILE = ".publish.lock"
 
 
@@ -88,20 +95,21 @@ class RunFiles:
 
 
 def trim_report(report: dict, items: int) -> None:
-    """Above :data:`TRIM_ABOVE_ITEMS` eval items, keep only the per-test entries of items that did not pass.
+    """Above :func:`trim_limit` eval items, keep only the per-test entries of items that did not pass.
 
     The dropped counts go to ``report["trimmed"]``; the rows file holds every item's values.
     """
-    if items <= TRIM_ABOVE_ITEMS:
+    limit = trim_limit()
+    if items <= limit:
         return
     tests = report.get("tests") or []
     kept = [test for test in tests if test.get("outcome") != "passed"]
     report["trimmed"] = {"tests": len(tests) - len(kept), "collectors": len(report.get("collectors") or []),
-                         "reason": f"more than {TRIM_ABOVE_ITEMS} eval items: every item's row is in evals_rows"}
+                         "reason": f"more than {limit} eval items: every item's row is in evals_rows"}
     if "tests" in report:
         report["tests"] = kept
     if "collectors" in report:
         report["collectors"] = []
 
 
-__all__ = ["ROWS_FILE", "TRIM_ABOVE_ITEMS", "RunFiles", "publish_lock", "trim_report"]
+__all__ = ["ROWS_FILE", "TRIM_ABOVE_ITEMS", "trim_limit", "RunFiles", "publish_lock", "trim_report"]

@@ -27,7 +27,7 @@ from fieldeval.gates import check_gate, gate_results
 from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.progress import Progress
-from fieldeval.runfiles import TRIM_ABOVE_ITEMS
+from fieldeval.runfiles import trim_limit
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
 ROW_KEY = "fieldeval.row"
@@ -234,7 +234,7 @@ class EvalSession:
                     row = json.loads(value)
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
-        if report.when == "teardown" and self.eval_items > TRIM_ABOVE_ITEMS:
+        if report.when == "teardown" and self.eval_items > trim_limit():
             # the row is taken: pytest-json-report need not keep a second copy of it for every item
             report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over

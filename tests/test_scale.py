@@ -1,0 +1,82 @@
+"""Scale: suites parsed once per machine and read by case position, the rows file, trimmed reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.ebs_project import SUITE, make_project, run
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    return make_project(pytester)
+
+
+def _suite_file(tmp_path, cases: int):
+    suite = dict(SUITE, cases=[SUITE["cases"][i % 3] for i in range(cases)])
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def test_a_suite_is_parsed_once_and_read_by_position(tmp_path, monkeypatch):
+    from fieldeval.benchmarks.ebs import suite as suite_module
+
+    path = _suite_file(tmp_path, 7)
+    first = suite_module.load_suite(path)
+    parsed = suite_module._parse_suite(path)[2]  # the YAML's cases, parsed directly
+    assert list(first.cases) == parsed and first.cases.test_ids() == [c.test_id for c in parsed]
+    assert [first.cases[i] for i in (0, 6, -1)] == [parsed[0], parsed[6], parsed[-1]]
+
+    def no_yaml(*args, **kwargs):
+        raise AssertionError("the YAML was parsed again")
+
+    monkeypatch.setattr(suite_module, "read_yaml", no_yaml)
+    again = suite_module.load_suite(path)  # a second process: reads the compact form, never the YAML
+    assert list(again.cases) == parsed and (again.name, again.system, again.sha256) == (
+        first.name, first.system, first.sha256)
+    monkeypatch.undo()
+    path.write_text(yaml.safe_dump(dict(SUITE, cases=SUITE["cases"][:2])))  # a changed suite is parsed anew
+    assert [c.case_id for c in suite_module.load_suite(path).cases] == ["case000", "case001"]
+
+
+def test_items_keep_their_ids_and_hold_case_positions(project):
+    from fieldeval.benchmarks.ebs.suite import _parse_suite
+
+    result = project.runpytest_subprocess("evals", "--model", "fake-ebs", "--ebs-suite", "suite.yaml",
+                                          "--collect-only", "-q", "-p", "no:cacheprovider")
+    ids = [line for line in result.outlines if "::" in line]
+    cases = _parse_suite(project.path / "suite.yaml")[2]
+    assert ids == [f"evals/test_ebs.py::test_ebs[{case.test_id}-fake-ebs]" for case in cases]
+
+
+def test_the_rows_file_holds_every_recorded_row(project):
+    _, report = run(project, "--cache", "off")
+    pointer = report["evals_rows"]
+    rows = [json.loads(line) for line in (project.path / "reports" / pointer["path"]).read_text().splitlines()]
+    inline = [json.loads(prop["fieldeval.row"]) for test in report["tests"] for prop in test.get("user_properties", [])
+              if "fieldeval.row" in prop]
+    assert pointer["rows"] == len(rows) == len(inline) == 3  # the fourth item's model call failed
+    assert sorted(json.dumps({k: v for k, v in r.items() if k != "nodeid"}, sort_keys=True) for r in rows) == sorted(
+        json.dumps(r, sort_keys=True) for r in inline)
+    assert [r["nodeid"] for r in rows] == sorted(r["nodeid"] for r in rows)
+    assert "trimmed" not in report and len(report["tests"]) == 4
+
+
+def test_above_the_limit_the_report_keeps_only_items_that_did_not_pass(project, monkeypatch):
+    _, full = run(project, "--cache", "off", "--run-id", "run_0000000f")
+    monkeypatch.setenv("FIELDEVAL_REPORT_TESTS_LIMIT", "2")
+    _, trimmed = run(project, "--cache", "off", "--run-id", "run_0000000e")
+    assert [t["outcome"] for t in trimmed["tests"]] == ["failed"]
+    assert trimmed["trimmed"]["tests"] == 3 and trimmed["collectors"] == []
+    assert not any("user_properties" in t and any("fieldeval.row" in p for p in t["user_properties"])
+                   for t in trimmed["tests"])
+    for report in (full, trimmed):
+        report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"].pop("response_time_s")
+    assert trimmed["evals"]["benchmarks"] == full["evals"]["benchmarks"]
+    assert trimmed["summary"] == full["summary"]
+    rows = (project.path / "reports" / trimmed["evals_rows"]["path"]).read_text().splitlines()
+    assert len(rows) == trimmed["evals_rows"]["rows"] == 3
