@@ -80,3 +80,66 @@ def test_above_the_limit_the_report_keeps_only_items_that_did_not_pass(project, 
     assert trimmed["summary"] == full["summary"]
     rows = (project.path / "reports" / trimmed["evals_rows"]["path"]).read_text().splitlines()
     assert len(rows) == trimmed["evals_rows"]["rows"] == 3
+
+
+def _scored_rows(tiny_index, items: int) -> list[dict]:
+    import dataclasses
+
+    from scorers.ebs import score_ebs
+
+    answers = [("soil_data", "cropland biome [ENVO:01000245]", "cropland biome [ENVO:01000245]"),
+               ("soil_data", "forest biome [ENVO:01000174]", "coniferous forest biome [ENVO:01000196]"),
+               ("air_data", "forest biome [ENVO:01000174]", "Forest, I would say."),
+               ("soil_data", "forest biome [ENVO:01000174]", "biome [ENVO:00000428]")]
+    scored = [dataclasses.asdict(score_ebs(a, i, index=tiny_index, allowed=None)) for _, i, a in answers]
+    rows = []
+    for n in range(items):
+        template, ideal, answer = answers[(n * 7) % len(answers)]
+        stratum = ideal.split(" [")[0]
+        rows.append({"benchmark": "ebs", "model": "m", "case_id": f"case{n:05d}", "stratum": stratum,
+                     "sampleData": template, "case_ideal": ideal, "response_text": answer,
+                     **scored[(n * 7) % len(answers)], "response_time_s": 0.0, "prompt_tokens": 100,
+                     "completion_tokens": 7, "est_cost_usd": None, "cached": n % 3 == 0,
+                     "nodeid": f"evals/test_ebs.py::test_ebs[{stratum.replace(' ', '_')}-case{n:05d}-m]"})
+    return rows
+
+
+@pytest.mark.slow
+def test_four_shards_of_20k_items_merge_to_the_unsharded_run_without_copying_rows(tmp_path, tiny_index):
+    import sqlalchemy as sa
+
+    from fieldeval.entries import benchmark_entries
+    from fieldeval.errors import UsageError
+    from fieldeval.store import declared_columns, open_store
+    from fieldeval.store.groups import merge_group
+
+    items, settings = 20_000, {"seed": 7, "resamples": 50, "models": {"ebs": ["m"]}}
+    rows = _scored_rows(tiny_index, items)
+    whole_entries = benchmark_entries({"ebs": rows}, {}, seed=7, resamples=50)
+    size = items // 4
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}", columns=declared_columns()) as store:
+        store.save_run({"run_id": "run_00000000", "started_at": "2026-06-01T10:00:00Z", "benchmarks": whole_entries},
+                       {"ebs": rows}, {"settings": settings})
+        for k in range(4):  # pytest-split's contiguous chunks, each aggregated on its own
+            shard = rows[k * size:(k + 1) * size]
+            store.save_run({"run_id": f"run_0000000{k + 1}", "started_at": "2026-06-01T10:00:00Z",
+                            "benchmarks": benchmark_entries({"ebs": shard}, {}, seed=7, resamples=50)},
+                           {"ebs": shard}, {"run_group": "g", "shard_index": k + 1, "shard_count": 4,
+                                            "settings": settings, "settings_hash": "sha256:same"})
+        merged = merge_group(store, "g", {})
+        assert merged.payload["benchmarks"] == whole_entries  # every metric, interval, count and total
+        assert merged.payload["cache"]["hits"] == sum(1 for r in rows if r["cached"])
+
+        def content(run_id):
+            return sorted((r["corpus_item_id"], r["raw_response"], json.dumps(r["metrics"], sort_keys=True),
+                           json.dumps(r["row_extra"], sort_keys=True)) for r in store.responses(run_id))
+
+        assert content(merged.run_id) == content("run_00000000")
+        assert store.get_run(merged.run_id)["responses"] == items
+        with store.engine.connect() as conn:  # the merged run stored no copy: the whole run's rows and the shards'
+            stored = conn.execute(sa.select(sa.func.count()).select_from(store.tables.evaluation_responses)).scalar()
+        assert stored == 2 * items
+        with pytest.raises(UsageError, match=f"merged run {merged.run_id}"):
+            store.delete_run("run_00000002")
+        store.delete_run(merged.run_id)
+        assert store.delete_run("run_00000002") == size  # once the merged run is gone, its shards may go

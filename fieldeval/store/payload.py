@@ -217,7 +217,8 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     response_columns = {name: None for declared in columns.values() for name in declared.response}
     responses = [_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
                                response_columns, scored_at)
-                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])]
+                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])
+                 if not meta.get("rows_from")]  # a merged run refers to its shards' stored rows
     versions = {r["corpus_version"] for r in bench_rows}
     hashes = {r["content_hash"] for r in bench_rows}
     ontology = payload.get("ontology_version")
