@@ -60,6 +60,22 @@ def integer(value: Any) -> int | None:
 def storable(value: Any) -> Any:
     """Strings that every store accepts, in dicts and lists too: NUL as ``\\x00`` and lone surrogates as
     ``\\udXXX`` (PostgreSQL rejects both in text and JSON); every other character is kept."""
+    if isinstance(value, Mapping | list | tuple) and _clean(value):
+        return value
+    return _storable(value)
+
+
+def _clean(value: Any) -> bool:
+    """Whether nothing in a dict or list needs :func:`storable`'s care (one JSON encoding, no walk in Python)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+        text.encode("utf-8")  # a lone surrogate fails here
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return False
+    return "\\u0000" not in text  # JSON writes NUL as \u0000
+
+
+def _storable(value: Any) -> Any:
     if isinstance(value, str):
         if "\x00" in value:
             value = value.replace("\x00", "\\x00")
@@ -69,9 +85,9 @@ def storable(value: Any) -> Any:
             value = value.encode("utf-8", "backslashreplace").decode("utf-8")
         return value
     if isinstance(value, Mapping):
-        return {storable(k): storable(v) for k, v in value.items()}
+        return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [storable(v) for v in value]
+        return [_storable(v) for v in value]
     return value
 
 

@@ -91,13 +91,16 @@ class EbsSuite:
 
 
 SUITE_CACHE_FORMAT = 1
+BLOCK = 256  # cases read at once
+KEPT_BLOCKS = 8  # blocks kept in memory per process (a few MB)
 
 
 class SuiteCases(Sequence[EbsCase]):
     """A suite's cases, read by position from its compact form (SQLite) in the cache folder.
 
-    Nothing but the count is held in memory: ``cases[i]`` reads one case, so a
-    process that runs a share of a large suite holds the cases of its share only.
+    Nothing but the count and the last few blocks of cases read is held in memory:
+    ``cases[i]`` reads the block of :data:`BLOCK` cases around ``i``, so a process
+    that runs a share of a large suite holds the cases of its share only.
     Safe to use from several threads.
     """
 
@@ -106,6 +109,7 @@ class SuiteCases(Sequence[EbsCase]):
         self._count = count
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._blocks: dict[int, list[tuple]] = {}  # the last KEPT_BLOCKS blocks read, oldest first
 
     def __len__(self) -> int:
         return self._count
@@ -124,8 +128,16 @@ class SuiteCases(Sequence[EbsCase]):
             position += self._count
         if not 0 <= position < self._count:
             raise IndexError(position)
-        (row,) = self._query("SELECT case_id, stratum, template, prompt, ideal FROM cases WHERE n = ?", (position,))
-        return EbsCase(*row)
+        start = position - position % BLOCK
+        block = self._blocks.get(start)
+        if block is None:  # items run in order: one read serves the next BLOCK cases
+            block = self._query("SELECT case_id, stratum, template, prompt, ideal FROM cases WHERE n >= ? AND n < ? "
+                                "ORDER BY n", (start, start + BLOCK))
+            with self._lock:
+                self._blocks[start] = block
+                while len(self._blocks) > KEPT_BLOCKS:
+                    self._blocks.pop(next(iter(self._blocks)))
+        return EbsCase(*block[position - start])
 
     def __iter__(self) -> Iterator[EbsCase]:
         for start in range(0, self._count, 1000):
