@@ -50,6 +50,15 @@ class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
         return True
 
 
+def parse_once(folder: Path, suite: Path) -> float:
+    """Seconds to parse the suite into its compact cached form (what the first process on a machine pays)."""
+    env = {**os.environ, "FIELDEVAL_CACHE_DIR": str(folder / "cache-dir")}
+    start = time.time()
+    subprocess.run([sys.executable, "-c", "import sys; from fieldeval.benchmarks.ebs.suite import load_suite; "
+                    "load_suite(sys.argv[1])", str(suite)], env=env, check=True)
+    return time.time() - start
+
+
 def run_pytest(folder: Path, suite: Path, extra: list[str], label: str) -> dict:
     """One pytest session; its CPU, wall, probe lines and files."""
     probe = folder / f"probe-{label}.jsonl"
@@ -79,7 +88,13 @@ def run_pytest(folder: Path, suite: Path, extra: list[str], label: str) -> dict:
         "collect_s": max((line["collected"] - line["configured"] for line in lines if "collected" in line),
                          default=float("nan")),
         "exit_s": end - controller["last_item"] if "last_item" in controller else float("nan"),
+        "exit_phases": {name: controller[b] - controller[a] for name, a, b in [
+            ("sessionfinish", "sessionfinish", "sessionfinished"), ("summary", "terminal_summary", "unconfigured"),
+            ("last item to sessionfinish", "last_item", "sessionfinish")] if a in controller and b in controller}
+        | ({"unconfigure to exit": end - controller["unconfigured"]} if "unconfigured" in controller else {}),
         "rss_mb": {line["role"]: line["peak_rss_mb"] for line in lines},
+        "rss_phases": {line["role"]: (line.get("rss_collected_mb", 0.0), line.get("rss_last_item_mb", 0.0))
+                       for line in lines},
         "report_mb": _mb(run_dir / "report.json"),
         "rows_mb": sum(_mb(path) for path in run_dir.glob("rows*")),
         "output": result.stdout,
@@ -99,10 +114,12 @@ def merge(folder: Path, group: str) -> float:
 
 
 def show(items: int, run: dict) -> None:
-    rss = ", ".join(f"{role} {mb:.0f}" for role, mb in sorted(run["rss_mb"].items()))
+    rss = ", ".join(f"{role} {mb:.0f} (collected {run['rss_phases'][role][0]:.0f}, last item "
+                    f"{run['rss_phases'][role][1]:.0f})" for role, mb in sorted(run["rss_mb"].items()))
     print(f"{items:>7} {run['label']:<12} cpu {run['cpu_s']:7.1f} s ({run['cpu_s'] / items * 1000:5.2f} ms/item)  "
           f"wall {run['wall_s']:6.1f} s  collect {run['collect_s']:5.1f} s  exit {run['exit_s']:4.1f} s  "
           f"report {run['report_mb']:5.2f} MB  rows {run['rows_mb']:5.2f} MB  peak RSS MB: {rss}")
+    print(f"{'':>7} exit phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in run["exit_phases"].items()))
 
 
 def main() -> None:
@@ -119,6 +136,8 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             suite = folder / "suite.yaml"
             write_suite(suite, items)
+            print(f"{items:>7} suite parsed into its compact form (once per machine) in "
+                  f"{parse_once(folder, suite):.1f} s")
             run = run_pytest(folder, suite, ["-n", str(args.workers)], f"n{args.workers}")
             show(items, run)
             print(f"{'':>7} store {_mb(folder / 'store.db'):.1f} MB, cache {_mb(folder / 'responses.sqlite'):.1f} MB, "
