@@ -91,7 +91,9 @@ def run_pytest(folder: Path, suite: Path, extra: list[str], label: str) -> dict:
         "exit_phases": {name: controller[b] - controller[a] for name, a, b in [
             ("sessionfinish", "sessionfinish", "sessionfinished"), ("summary", "terminal_summary", "unconfigured"),
             ("last item to sessionfinish", "last_item", "sessionfinish")] if a in controller and b in controller}
-        | ({"unconfigure to exit": end - controller["unconfigured"]} if "unconfigured" in controller else {}),
+        | ({"unconfigure to exit": end - controller["unconfigured"]} if "unconfigured" in controller else {})
+        | ({"CPU last item to unconfigure": controller["cpu_unconfigured"] - controller["cpu_last_item"]}
+           if "cpu_last_item" in controller else {}),
         "rss_mb": {line["role"]: line["peak_rss_mb"] for line in lines},
         "rss_phases": {line["role"]: (line.get("rss_collected_mb", 0.0), line.get("rss_last_item_mb", 0.0))
                        for line in lines},

@@ -40,6 +40,7 @@ def pytest_collection_finish(session) -> None:
 def pytest_runtest_logreport(report) -> None:
     if report.when == "teardown":
         _times["last_item"] = time.time()
+        _times["cpu_last_item"] = time.process_time()
         _times["rss_last_item_mb"] = _rss_mb()
 
 
@@ -63,7 +64,8 @@ def pytest_unconfigure(config) -> None:
     if not path:
         return
     role = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
-    line = {"role": role, "pid": os.getpid(), "unconfigured": time.time(), **_times,
+    line = {"role": role, "pid": os.getpid(), "unconfigured": time.time(), "cpu_unconfigured": time.process_time(),
+            **_times,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")

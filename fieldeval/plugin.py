@@ -253,8 +253,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed model call is one line (model, error class, message), not a traceback."""
+    """A failed model call is one line (model, error class, message), not a traceback.
+
+    Above the report's trim limit, the item lets go of its row once the call's report carries it.
+    """
     report = yield
+    if call.when == "call" and eval_session(item.config).eval_items > trim_limit():
+        item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
     if call.excinfo is not None and isinstance(call.excinfo.value, ModelCallError) and _tag(item) is not None:
         error = call.excinfo.value
         report.longrepr = f"{error.model}: {error.detail}"

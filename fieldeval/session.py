@@ -66,6 +66,7 @@ class EvalSession:
         self._prefetcher = None
         self._last_draw = 0.0
         self._announced: set[str] = set()
+        self._strings: dict[str, str] = {}  # keys and short values of the rows, one copy each
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -231,16 +232,22 @@ class EvalSession:
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
                 if name == ROW_KEY:
-                    row = json.loads(value)
+                    row = self._shared(json.loads(value))
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
-        if report.when == "teardown" and self.eval_items > trim_limit():
-            # the row is taken: pytest-json-report need not keep a second copy of it for every item
+        if report.when in ("call", "teardown") and self.eval_items > trim_limit():
+            # the row is taken: neither the reports pytest keeps nor pytest-json-report hold a second copy of it
             report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
             self.progress.finish(key, failed=report.failed)
             self._write_progress()
             self._draw_progress()
+
+    def _shared(self, row: dict) -> dict:
+        """The row with its keys and short text values shared with earlier rows' (one copy of each in memory)."""
+        memo = self._strings
+        return {memo.setdefault(k, k): memo.setdefault(v, v) if type(v) is str and len(v) < 200 else v
+                for k, v in row.items()}
 
     def _announce_permanent(self, model: str, error: dict) -> None:
         if error.get("kind") != "permanent" or model in self._announced:
