@@ -26,7 +26,7 @@ from fieldeval.benchmark import benchmarks, get_benchmark
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.runfiles import RunFiles, trim_limit, trim_report
+from fieldeval.runfiles import RunFiles, trim_report
 from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.signals import Interrupts
 
@@ -108,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:
         return
     exit_on_usage_error(state.prepare)
+    if selected and state.expected_items() > state.trim_limit:
+        _lighten_json_report(config, "collectors")  # known before collection: no collector entries at all
     if selected and not config.option.collectonly:
         files = RunFiles(state.reports_dir(), state.run_id, _report_path(config, engine.report))
         config.stash[_FILES] = files
@@ -181,7 +183,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
-    if len(eval_items) > trim_limit():
+    if len(eval_items) > state.trim_limit:
         _lighten_json_report(session.config)
     if not session.config.option.collectonly:
         state.prefetch(eval_items, _dry_run_job)
@@ -189,11 +191,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         gc.freeze()
 
 
-def _lighten_json_report(config: pytest.Config) -> None:
+def _lighten_json_report(config: pytest.Config, *extra: str) -> None:
     """Above the trim limit, pytest-json-report keeps no keywords, logs or captured output per test."""
     omit = getattr(config.option, "json_report_omit", None)
     if isinstance(omit, list):
-        omit.extend(key for key in ("keywords", "log", "streams") if key not in omit)
+        omit.extend(key for key in ("keywords", "log", "streams", *extra) if key not in omit)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -202,7 +204,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
-        if state.eval_items > trim_limit():
+        if state.eval_items > state.trim_limit:
             _lighten_json_report(node.config)
 
 
@@ -258,7 +260,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     Above the report's trim limit, the item lets go of its row once the call's report carries it.
     """
     report = yield
-    if call.when == "call" and eval_session(item.config).eval_items > trim_limit():
+    state = eval_session(item.config)
+    if call.when == "call" and state.eval_items > state.trim_limit:
         item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
     if call.excinfo is not None and isinstance(call.excinfo.value, ModelCallError) and _tag(item) is not None:
         error = call.excinfo.value

@@ -56,6 +56,7 @@ class EvalSession:
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
+        self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
@@ -124,6 +125,11 @@ class EvalSession:
             if bench.warm is not None:
                 bench.warm(self.bench_options[name], self.models_for(name))
 
+    def expected_items(self) -> int:
+        """Eval items the selected benchmarks will collect at most: cases x models (after :meth:`prepare`)."""
+        return sum(len(self.benchmark(name).cases(self.context(name))) * len(self.models_for(name))
+                   for name in self.selected)
+
     # --- calls ahead of the items --------------------------------------------------------------
 
     def prefetch(self, items: Sequence[pytest.Item], job: Callable[[pytest.Item, dict], tuple | None]) -> None:
@@ -160,6 +166,7 @@ class EvalSession:
         """Planned items per (benchmark, model), from the collected items."""
         self.progress.plan([k for k in keys if k is not None])
         self.eval_items = max(self.eval_items, sum(self.progress.planned.values()))
+        self.trim_limit = trim_limit()
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
@@ -235,7 +242,7 @@ class EvalSession:
                     row = self._shared(json.loads(value))
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
-        if report.when in ("call", "teardown") and self.eval_items > trim_limit():
+        if report.when in ("call", "teardown") and self.eval_items > self.trim_limit:
             # the row is taken: neither the reports pytest keeps nor pytest-json-report hold a second copy of it
             report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
