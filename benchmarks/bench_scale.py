@@ -83,6 +83,7 @@ def run_pytest(folder: Path, suite: Path, extra: list[str], label: str) -> dict:
     run_dir = runs[-1] if runs else reports
     return {
         "label": label,
+        "items_run": controller.get("items", 0),
         "cpu_s": after.children_user - before.children_user + after.children_system - before.children_system,
         "wall_s": end - start,
         "collect_s": max((line["collected"] - line["configured"] for line in lines if "collected" in line),
@@ -118,7 +119,8 @@ def merge(folder: Path, group: str) -> float:
 def show(items: int, run: dict) -> None:
     rss = ", ".join(f"{role} {mb:.0f} (collected {run['rss_phases'][role][0]:.0f}, last item "
                     f"{run['rss_phases'][role][1]:.0f})" for role, mb in sorted(run["rss_mb"].items()))
-    print(f"{items:>7} {run['label']:<12} cpu {run['cpu_s']:7.1f} s ({run['cpu_s'] / items * 1000:5.2f} ms/item)  "
+    ran = run["items_run"] or items
+    print(f"{items:>7} {run['label']:<12} {ran:>7} items  cpu {run['cpu_s']:7.1f} s ({run['cpu_s'] / ran * 1000:5.2f} ms/item)  "
           f"wall {run['wall_s']:6.1f} s  collect {run['collect_s']:5.1f} s  exit {run['exit_s']:4.1f} s  "
           f"report {run['report_mb']:5.2f} MB  rows {run['rows_mb']:5.2f} MB  peak RSS MB: {rss}")
     print(f"{'':>7} exit phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in run["exit_phases"].items()))
