@@ -60,9 +60,15 @@ def integer(value: Any) -> int | None:
 def storable(value: Any) -> Any:
     """Strings that every store accepts, in dicts and lists too: NUL as ``\\x00`` and lone surrogates as
     ``\\udXXX`` (PostgreSQL rejects both in text and JSON); every other character is kept."""
+    if isinstance(value, list | tuple) and len(value) > CHECK_CHUNK:  # a run's rows: checked a chunk at a time
+        return [item for start in range(0, len(value), CHECK_CHUNK)
+                for item in storable(value[start:start + CHECK_CHUNK])]
     if isinstance(value, Mapping | list | tuple) and _clean(value):
         return value
     return _storable(value)
+
+
+CHECK_CHUNK = 2_000  # rows encoded at once by storable's check (bounds its memory)
 
 
 def _clean(value: Any) -> bool:
