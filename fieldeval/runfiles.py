@@ -75,7 +75,7 @@ class RunFiles:
     def write_rows(self, rows: Iterable[dict]) -> Path:
         """Every recorded row as ``runs/<run_id>/rows.jsonl``, one compact JSON object a line."""
         path = self.folder / ROWS_FILE
-        dumps = json.JSONEncoder(default=str, separators=(",", ":"), ensure_ascii=False).encode
+        dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode  # ASCII: lone surrogates escaped too
         with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
             handle.writelines(dumps(row) + "\n" for row in rows)
         return path
