@@ -8,6 +8,7 @@ import numpy as np
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 20261130
+RESAMPLE_BLOCK_CELLS = 4_000_000  # bootstrap indices drawn at once (32 MB)
 
 
 def resample_indices(n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -63,7 +64,12 @@ def statistic_metric(
     if n == 0:
         return metric(None, [None, None], 0)
     point = float(statistic(data[np.newaxis, ...])[0])
-    boot = statistic(data[resample_indices(n, resamples=resamples, seed=seed)])
+    # the resamples a block at a time: the same index stream as resample_indices draws at once (the generator
+    # fills row after row), so the same numbers, without a (resamples x n) matrix in memory for large n
+    rng = np.random.default_rng(seed)
+    block = max(1, RESAMPLE_BLOCK_CELLS // n)
+    boot = np.concatenate([statistic(data[rng.integers(0, n, size=(min(block, resamples - start), n))])
+                           for start in range(0, resamples, block)])
     lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     return metric(_round(point), [_round(lo), _round(hi)], n)
 

@@ -143,3 +143,18 @@ def test_four_shards_of_20k_items_merge_to_the_unsharded_run_without_copying_row
             store.delete_run("run_00000002")
         store.delete_run(merged.run_id)
         assert store.delete_run("run_00000002") == size  # once the merged run is gone, its shards may go
+
+
+@pytest.mark.parametrize("block_cells", [1, 7 * 50, 10**12])
+def test_bootstrap_in_blocks_gives_the_numbers_of_one_resample_matrix(monkeypatch, block_cells):
+    """The resamples drawn a block at a time (bounded memory at 100k items) equal one (resamples x n) draw."""
+    import numpy as np
+
+    from fieldeval import stats
+
+    data = np.random.default_rng(0).random(50)
+    boot = data[stats.resample_indices(50, resamples=333, seed=11)].mean(axis=1)  # the whole matrix at once
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
+    monkeypatch.setattr(stats, "RESAMPLE_BLOCK_CELLS", block_cells)
+    got = stats.mean_metric(list(data), resamples=333, seed=11)
+    assert got == {"value": round(float(data.mean()), 6), "ci95": [round(float(lo), 6), round(float(hi), 6)], "n": 50}
