@@ -98,11 +98,12 @@ def _storable(value: Any) -> Any:
 
 
 _PLAIN = {str, int, float, bool, type(None)}
+_TEXT = {str}
 
 
 def json_ready(value: Any) -> Any:
     """The value after a JSON round trip (numpy scalars, paths and sets become plain JSON)."""
-    if type(value) is dict and all(type(k) is str and type(v) in _PLAIN for k, v in value.items()):
+    if type(value) is dict and set(map(type, value)) <= _TEXT and set(map(type, value.values())) <= _PLAIN:
         return dict(value)  # a flat row of plain values: the round trip would give it back as it is
     return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
