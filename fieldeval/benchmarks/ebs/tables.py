@@ -97,7 +97,10 @@ def _values(items):
 
 
 def _texts(column) -> list[str]:
-    return [value if type(value) is str else _text(value) for value in column.tolist()]
+    values = column.tolist()
+    if set(map(type, values)) <= {str}:  # text already (what the TSV reader gives)
+        return values
+    return [value if type(value) is str else _text(value) for value in values]
 
 
 def _templates(df) -> list[str]:
