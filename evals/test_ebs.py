@@ -16,7 +16,6 @@ from fieldeval import completion_fields
 from scorers.ebs import score_ebs
 
 
-
 def solve(case, model, client):
     """The model work of one case: one call (run ahead in the session's bounded pool)."""
     return client.complete(model, case.prompt, system=client.context.suite.system, temperature=0.0)

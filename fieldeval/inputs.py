@@ -72,19 +72,38 @@ def read_tsv(path: str | Path, *, what: str, required: Sequence[str] = (), hint:
         rows = [{k: v if v is not None else "" for k, v in row.items() if k is not None} for row in reader]
     except csv.Error as error:
         raise UsageError(f"{what} {path}: not a readable TSV ({error}){f'; {hint}' if hint else ''}") from None
+    _check_required(path, columns, required, what=what)
+    return columns, rows
+
+
+def _check_required(path, columns: Sequence[str], required: Sequence[str], *, what: str) -> None:
     missing = [c for c in required if c not in columns]
     if missing:
         raise UsageError(f"{what} {path}: missing column(s) {', '.join(missing)}; the table needs "
                          f"{', '.join(required)}")
-    return columns, rows
 
 
 def read_tsv_frame(path: str | Path, *, what: str, required: Sequence[str] = (), hint: str = ""):
-    """A TSV as a pandas DataFrame of strings (empty cells as ``""``), read by :func:`read_tsv`."""
+    """A TSV as a pandas DataFrame of strings (empty cells as ``""``), read by the rules of :func:`read_tsv`."""
     import pandas as pd
 
-    columns, rows = read_tsv(path, what=what, required=required, hint=hint)
-    return pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+    text = read_text(path, what=what, hint=hint)
+    csv.field_size_limit(FIELD_LIMIT)
+    try:
+        records = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t"))
+    except csv.Error as error:
+        raise UsageError(f"{what} {path}: not a readable TSV ({error}){f'; {hint}' if hint else ''}") from None
+    columns = [c.strip() for c in records[0]] if records else []
+    if len(set(columns)) != len(columns):  # a repeated column name: read_tsv's rules (the last one wins)
+        columns, rows = read_tsv(path, what=what, required=required, hint=hint)
+        return pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+    _check_required(path, columns, required, what=what)
+    width = len(columns)
+    body = [row if len(row) == width else (row + [""] * width)[:width] for row in records[1:] if row]
+    # as csv.DictReader: short rows padded with blanks, extra cells dropped, blank lines skipped
+    if not body:
+        return pd.DataFrame({c: [] for c in columns}, columns=columns, dtype=object)
+    return pd.DataFrame(body, columns=columns, dtype=object)
 
 
 QUOTED = frozenset('\t\n\r"')  # a cell holding any of these is quoted, csv-style

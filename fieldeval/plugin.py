@@ -10,6 +10,8 @@ pytest-json-report's file as ``report["evals"]`` and in the run store.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import shutil
@@ -21,16 +23,17 @@ from pathlib import Path
 import pytest
 
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
-from fieldeval.benchmark import benchmarks
+from fieldeval.benchmark import benchmarks, get_benchmark
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.runfiles import RunFiles
+from fieldeval.runfiles import RunFiles, trim_report
 from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
 SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
+FREEZE_ABOVE_ITEMS = 1_000  # sessions this large freeze the collected objects (gc.freeze) and what is left at exit
 SESSION_DIR_KEY = "fieldeval_session_dir"
 
 _SESSION = pytest.StashKey[EvalSession]()
@@ -136,6 +139,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if selected and not config.option.collectonly:
         exit_on_usage_error(lambda: state.check_outputs(_report_path(config, engine.report)))
     exit_on_usage_error(state.prepare)
+    if selected and state.expected_items() > state.trim_limit:
+        _lighten_json_report(config, "collectors")  # known before collection: no collector entries at all
     if selected and not config.option.collectonly:
         files = RunFiles(state.reports_dir(), state.run_id, _report_path(config, engine.report))
         config.stash[_FILES] = files
@@ -195,8 +200,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = eval_session(metafunc.config)
     bench = state.benchmark(marker.kwargs["benchmark"])
     if "case" in metafunc.fixturenames:
-        cases = list(bench.cases(state.context(bench.name)))
-        metafunc.parametrize("case", cases, ids=[case.test_id for case in cases])
+        # the parameters are case positions, the ids the cases' own; the ``case`` fixture reads a case when its
+        # item runs, so a process holds the cases of the items it runs, not the whole suite
+        cases = bench.cases(state.context(bench.name))
+        ids = cases.test_ids() if hasattr(cases, "test_ids") else [case.test_id for case in cases]
+        metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
         metafunc.parametrize("model", state.models_for(bench.name))
 
@@ -211,7 +219,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     keep, drop = [], []
     for item in items:
         tag = _tag(item)
-        case = item.callspec.params.get("case") if tag is not None else None
+        case = state.case_of(item) if tag is not None else None
         scored = case is not None and (tag[0], tag[1], str(case.test_id)) in done
         (drop if scored else keep).append(item)
     if drop:
@@ -220,13 +228,31 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Plan the progress counts and start the solvers of the eval items (see :mod:`fieldeval.pool`)."""
+    """Plan the progress counts, start the solvers of the eval items (see :mod:`fieldeval.pool`), and freeze
+    the collected objects.
+
+    With many items, ``gc.freeze()`` moves everything collection built into the
+    permanent generation, so neither the collector during the run nor the
+    collections at exit walk the items again.
+    """
     state = eval_session(session.config)
     state.pytest_session = session
     eval_items = [item for item in session.items if _tag(item) is not None]
+    state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
+    if len(eval_items) > state.trim_limit:
+        _lighten_json_report(session.config)
     state.start_solvers(eval_items)
+    if len(eval_items) >= FREEZE_ABOVE_ITEMS:
+        gc.freeze()
+
+
+def _lighten_json_report(config: pytest.Config, *extra: str) -> None:
+    """Above the trim limit, pytest-json-report keeps no keywords, logs or captured output per test."""
+    omit = getattr(config.option, "json_report_omit", None)
+    if isinstance(omit, list):
+        omit.extend(key for key in ("keywords", "log", "streams", *extra) if key not in omit)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -235,6 +261,8 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
+        if state.eval_items > state.trim_limit:
+            _lighten_json_report(node.config)
 
 
 def _tag(item: pytest.Item) -> tuple[str, str] | None:
@@ -246,6 +274,16 @@ def _tag(item: pytest.Item) -> tuple[str, str] | None:
     return marker.kwargs["benchmark"], callspec.params["model"]
 
 
+@pytest.fixture
+def case(request: pytest.FixtureRequest):
+    """The eval item's case, read from its benchmark's cases by the position it was parametrised with."""
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None or not hasattr(request, "param"):
+        raise pytest.UsageError(f"{request.node.nodeid}: the case fixture needs @pytest.mark.{MARKER}(benchmark=...)")
+    state = eval_session(request.config)
+    return state.benchmark(marker.kwargs["benchmark"]).cases(state.context(marker.kwargs["benchmark"]))[request.param]
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tag eval items with their benchmark and model so failures are counted per model."""
     tag = _tag(item)
@@ -255,14 +293,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed model call is one line (model, error class, message), not a traceback; a full disk stops the run."""
+    """A failed model call is one line (model, error class, message), not a traceback; a full disk stops the run.
+
+    Above the report's trim limit, the item lets go of its row once the call's report carries it.
+    """
     report = yield
+    state = eval_session(item.config)
+    if call.when == "call" and state.eval_items > state.trim_limit:
+        item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
     if call.excinfo is not None and _tag(item) is not None:
         from fieldeval.writable import full_disk_line, out_of_space
 
         if out_of_space(call.excinfo.value):
-            eval_session(item.config).stop_for_full_disk(item.session, full_disk_line("the run's files",
-                                                                                       call.excinfo.value))
+            state.stop_for_full_disk(item.session, full_disk_line("the run's files", call.excinfo.value))
             report.longrepr = "no space left on the device"
     if call.excinfo is not None and isinstance(call.excinfo.value, ModelCallError) and _tag(item) is not None:
         error = call.excinfo.value
@@ -338,8 +381,7 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
 
 def _design_keys(request: pytest.FixtureRequest) -> dict[str, str]:
     """How the item's case was drawn: ``case_key`` (its pytest id), ``cluster`` and ``cluster_stratum``."""
-    callspec = getattr(request.node, "callspec", None)
-    case = callspec.params.get("case") if callspec is not None else None
+    case = eval_session(request.config).case_of(request.node)
     if case is None:
         return {}
     bench = eval_session(request.config).benchmark(request.node.get_closest_marker(MARKER).kwargs["benchmark"])
@@ -407,10 +449,13 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     problem = None
     try:
         tables = state.write_outputs(files.folder)
+        rows = files.write_rows(row for name in sorted(state.rows) for row in state.sorted_rows(name))
         json_plugin = getattr(config, "_json_report", None)
         report = getattr(json_plugin, "report", None)
         if report is not None:
             report["exitcode"] = exitstatus
+            report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
+            trim_report(report, state.eval_items)
             files.write_report(report, indent=config.option.json_report_indent)
         files.publish(tables)
         files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
@@ -425,7 +470,9 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
             raise
         problem = full_disk_line("the report and tables", error)
     if state.has_results():
-        return state.save_run(exitstatus, files.folder) or problem
+        problem = state.save_run(exitstatus, files.folder) or problem
+    if state.eval_items >= FREEZE_ABOVE_ITEMS:
+        gc.freeze()  # what the run built stays for the exit: no collection need walk it again
     return problem
 
 

@@ -1,8 +1,9 @@
 """Where a session's files go: ``reports/runs/<run_id>/`` first, then published to ``reports/``.
 
 Every eval session writes its ``status.json`` (``running`` at the start, the
-run status at the end), ``report.json`` and scored tables under its own
-folder, each file through a temporary file and a rename. Once finished, it
+run status at the end), ``report.json``, its per-item rows (``rows.jsonl``, one
+JSON object per recorded row; ``report["evals_rows"]`` points to it) and scored
+tables under its own folder, each file through a temporary file and a rename. Once finished, it
 publishes them under a lock: ``reports/report.json`` (or ``--eval-report``)
 and the top-level ``reports/<benchmark>/`` tables become this session's, so
 two concurrent sessions never mix their files, and a session killed half way
@@ -19,11 +20,22 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fieldeval.atomic import copy_atomic, write_atomic
+from fieldeval.atomic import atomic_path, copy_atomic, write_atomic
 
 RUNS_DIR = "runs"
 STATUS_FILE = "status.json"
 REPORT_FILE = "report.json"
+ROWS_FILE = "rows.jsonl"
+# above this many eval items (or $FIELDEVAL_REPORT_TESTS_LIMIT), report.json keeps pytest-json-report's entries
+# of the items that did not pass only, and no collectors: the rows file holds every item
+TRIM_ABOVE_ITEMS = 10_000
+TRIM_ENV = "FIELDEVAL_REPORT_TESTS_LIMIT"
+
+
+def trim_limit() -> int:
+    """The eval item count above which report.json's per-test entries are trimmed."""
+    value = os.environ.get(TRIM_ENV, "")
+    return int(value) if value.strip().isdigit() else TRIM_ABOVE_ITEMS
 LOCK_FILE = ".publish.lock"
 
 
@@ -60,6 +72,18 @@ class RunFiles:
         write_atomic(path, json.dumps(report, default=str, indent=indent))
         return path
 
+    def write_rows(self, rows: Iterable[dict]) -> Path:
+        """Every recorded row as ``runs/<run_id>/rows.jsonl``, one compact JSON object a line."""
+        path = self.folder / ROWS_FILE
+        dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode  # ASCII: lone surrogates escaped too
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+            handle.writelines(dumps(row) + "\n" for row in rows)
+        return path
+
+    def rows_pointer(self, path: Path, count: int) -> dict:
+        """``report["evals_rows"]``: where the rows file is (relative to the reports folder), its format and size."""
+        return {"path": path.relative_to(self.reports_dir).as_posix(), "format": "jsonl", "rows": count}
+
     def publish(self, tables: Iterable[Path]) -> None:
         """Make this session's report and tables the current ones in ``reports/`` (newest finished wins)."""
         with publish_lock(self.reports_dir):
@@ -70,4 +94,21 @@ class RunFiles:
                 copy_atomic(report, self.report_path)
 
 
-__all__ = ["RunFiles", "publish_lock"]
+def trim_report(report: dict, items: int) -> None:
+    """Above :func:`trim_limit` eval items, keep only the per-test entries of items that did not pass.
+
+    The dropped counts go to ``report["trimmed"]``; the rows file holds every item's values.
+    """
+    limit = trim_limit()
+    if items <= limit:
+        return
+    tests = report.get("tests") or []
+    kept = [test for test in tests if test.get("outcome") != "passed"]
+    report["trimmed"] = {"tests": len(tests) - len(kept), "collectors": len(report.get("collectors") or []),
+                         "reason": f"more than {limit} eval items: every item's row is in evals_rows"}
+    if "tests" in report:
+        report["tests"] = kept
+    report["collectors"] = []  # omitted from the start when the suite's size was known before collection
+
+
+__all__ = ["ROWS_FILE", "TRIM_ABOVE_ITEMS", "trim_limit", "RunFiles", "publish_lock", "trim_report"]

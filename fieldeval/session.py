@@ -29,6 +29,7 @@ from fieldeval.limits import CallLimits
 from fieldeval.options import EngineOptions
 from fieldeval.paired import regression_gates
 from fieldeval.progress import Progress
+from fieldeval.runfiles import trim_limit
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
 ROW_KEY = "fieldeval.row"
@@ -57,6 +58,8 @@ class EvalSession:
         self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.rows: dict[str, list[dict]] = defaultdict(list)
+        self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
+        self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
@@ -71,6 +74,7 @@ class EvalSession:
         self.disk_full: str | None = None  # the one line, once the disk filled up mid-run
         self.pytest_session: pytest.Session | None = None
         self.skipped_after_permanent: Counter[str] = Counter()
+        self._strings: dict[str, str] = {}  # keys and short values of the rows, one copy each
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -136,6 +140,11 @@ class EvalSession:
             if bench.warm is not None:
                 bench.warm(self.bench_options[name], self.models_for(name))
 
+    def expected_items(self) -> int:
+        """Eval items the selected benchmarks will collect at most: cases x models (after :meth:`prepare`)."""
+        return sum(len(self.benchmark(name).cases(self.context(name))) * len(self.models_for(name))
+                   for name in self.selected)
+
     def check_stored_runs(self, url: str) -> None:
         """``--baseline-run`` and ``--resume`` name stored runs (a usage error naming the store when not)."""
         from fieldeval.store import declared_columns, open_store
@@ -191,8 +200,8 @@ class EvalSession:
             name = marker.kwargs["benchmark"]
             if name not in clients:
                 clients[name] = SolverClient(self.client, self.context(name))
-            jobs[item.nodeid] = functools.partial(solver, callspec.params["case"], callspec.params["model"],
-                                                  clients[name])
+            jobs[item.nodeid] = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"],
+                                                  callspec.params["model"], clients[name])
         if not jobs:
             return
         board = self.client.board
@@ -202,6 +211,18 @@ class EvalSession:
         if self.config.option.collectonly:
             return
         self._pool.start()
+
+    def _cases_of(self, name: str) -> Any:
+        """The benchmark's cases (a sequence read by position; the EBS suite's lazily, from its compact form)."""
+        return self.benchmark(name).cases(self.context(name))
+
+    def case_of(self, item: pytest.Item) -> Any | None:
+        """The case of an eval item (its parameter is the case's position in the benchmark's cases)."""
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("case") if callspec is not None else None
+        if isinstance(param, int) and not isinstance(param, bool):
+            return self._cases_of(item.get_closest_marker(MARKER).kwargs["benchmark"])[param]
+        return param
 
     def answer(self, item: pytest.Item) -> Any:
         """The result of the item's solver (waited for, or solved now)."""
@@ -237,6 +258,8 @@ class EvalSession:
         self.progress.plan([k for k in keys if k is not None] + resumed)
         for key in resumed:  # scored in the run being resumed
             self.progress.done[key] += 1
+        self.eval_items = max(self.eval_items, sum(self.progress.planned.values()))
+        self.trim_limit = trim_limit()
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
@@ -276,7 +299,7 @@ class EvalSession:
         """Stop starting items (the disk is full); the session ends with ``line`` and exit status 2."""
         if self.disk_full is None:
             self.disk_full = line
-        self.stop_prefetch()
+        self.stop_calls("no space left on the device")
         if session is not None:
             session.shouldstop = "no space left on the device"
 
@@ -327,6 +350,7 @@ class EvalSession:
 
     # --- what the items report -----------------------------------------------------------------
 
+    @pytest.hookimpl(tryfirst=True)  # before pytest-json-report reads the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the rows, errors and progress an item's report carries (controller only)."""
         if hasattr(self.config, "workerinput") or self.status != "running":  # workers send reports on; the
@@ -352,9 +376,12 @@ class EvalSession:
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
                 if name == ROW_KEY:
-                    row = json.loads(value)
+                    row = self._shared(json.loads(value))
                     row["nodeid"] = report.nodeid
                     self.rows[row["benchmark"]].append(row)
+        if report.when in ("call", "teardown") and self.eval_items > self.trim_limit:
+            # the row is taken: neither the reports pytest keeps nor pytest-json-report hold a second copy of it
+            report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
         if report.when == "call" or (report.when == "setup" and not report.passed):  # the item is over
             self.progress.finish(key, failed=errored)
             self._write_progress()
@@ -366,6 +393,12 @@ class EvalSession:
         maxfail = self.config.option.maxfail
         if maxfail and self._failures >= maxfail:
             self.stop_calls("-x" if maxfail == 1 else f"--maxfail {maxfail}")
+
+    def _shared(self, row: dict) -> dict:
+        """The row with its keys and short text values shared with earlier rows' (one copy of each in memory)."""
+        memo = self._strings
+        return {memo.setdefault(k, k): memo.setdefault(v, v) if type(v) is str and len(v) < 200 else v
+                for k, v in row.items()}
 
     def _announce_permanent(self, model: str, error: dict) -> None:
         if error.get("kind") != "permanent" or model in self._announced:
@@ -578,3 +611,9 @@ def _git_commit(root: Path) -> str | None:
 
 
 __all__ = ["EvalSession"]
+
+
+def _solve_at(solver: Callable[..., Any], cases: Any, position: Any, model: str, client: Any) -> Any:
+    """Run ``solver`` on the case at ``position`` (read when the solver runs, not when it is planned)."""
+    case = cases[position] if isinstance(position, int) and not isinstance(position, bool) else position
+    return solver(case, model, client)

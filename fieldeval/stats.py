@@ -15,7 +15,7 @@ same draws and numbers as before clusters existed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from math import sqrt
 
@@ -27,6 +27,7 @@ FEW_CLUSTERS = 10  # under this many clusters an interval is wide and approximat
 Z_975 = 1.959963984540054
 
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
+RESAMPLE_BLOCK_CELLS = 4_000_000  # bootstrap indices drawn at once (32 MB)
 
 
 def resample_indices(n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -92,17 +93,28 @@ class Design:
         clusters each stratum's clusters are drawn with replacement, as many as it has, and an item
         weighs as often as its cluster was drawn.
         """
-        if self.clusters is None:
-            index = resample_indices(n, resamples=resamples, seed=seed)
-            return _counts(index, n).astype(float)
+        return np.concatenate(list(self.weight_blocks(n, resamples=resamples, seed=seed, block=resamples)))
+
+    def weight_blocks(self, n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                      block: int | None = None) -> Iterator[np.ndarray]:
+        """The rows of :meth:`weights` a block of resamples at a time (at most :data:`RESAMPLE_BLOCK_CELLS`
+        cells each by default), so a large run never holds a ``(resamples, n)`` matrix; one block when it fits,
+        which gives exactly :meth:`weights`."""
+        if block is None:
+            block = max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
         rng = np.random.default_rng(seed)
-        stratum, cluster = self.cells(n)
-        per_cluster = np.zeros((resamples, cluster.max() + 1 if n else 0))
-        for s in range(stratum.max() + 1 if n else 0):
-            members = np.unique(cluster[stratum == s])
-            draws = rng.integers(0, len(members), size=(resamples, len(members)))
-            per_cluster[:, members] = _counts(draws, len(members))
-        return per_cluster[:, cluster]
+        stratum, cluster = self.cells(n) if self.clusters is not None else (None, None)
+        for start in range(0, resamples, block):
+            k = min(block, resamples - start)
+            if self.clusters is None:
+                yield _counts(rng.integers(0, n, size=(k, n)), n).astype(float)
+                continue
+            per_cluster = np.zeros((k, cluster.max() + 1 if n else 0))
+            for s in range(stratum.max() + 1 if n else 0):
+                members = np.unique(cluster[stratum == s])
+                draws = rng.integers(0, len(members), size=(k, len(members)))
+                per_cluster[:, members] = _counts(draws, len(members))
+            yield per_cluster[:, cluster]
 
 
 def _counts(index: np.ndarray, n: int) -> np.ndarray:
@@ -192,7 +204,7 @@ def estimate(est: Estimator, design: Design = Design(), *, resamples: int = DEFA
     if n == 0:
         return metric(None, [None, None], 0, 0)
     point = float(est.statistic(data, np.ones((1, n)))[0])
-    boot = est.statistic(data, sub.weights(n, resamples=resamples, seed=seed))
+    boot = np.concatenate([est.statistic(data, w) for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
     return metric(_round(point), interval(point, boot, widening(sub, n), est.bounds), n, sub.n_clusters(n))
 
 
@@ -210,8 +222,8 @@ def paired_difference(base: Estimator, other: Estimator, design: Design = Design
     sub = design.subset(keep)
     a, b = base.data[keep], other.data[keep]
     point = float(other.statistic(b, np.ones((1, n)))[0] - base.statistic(a, np.ones((1, n)))[0])
-    weights = sub.weights(n, resamples=resamples, seed=seed)
-    boot = other.statistic(b, weights) - base.statistic(a, weights)
+    boot = np.concatenate([other.statistic(b, w) - base.statistic(a, w)
+                           for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
     bounds = None
     if base.bounds is not None and other.bounds is not None:
         bounds = (other.bounds[0] - base.bounds[1], other.bounds[1] - base.bounds[0])

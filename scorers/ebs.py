@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -245,3 +245,64 @@ def score_ebs(
         ontology_score=round(total, 10),
         lenient_curie=lenient_curie,
     )
+
+
+def score_ebs_batch(
+    rows: Iterable[tuple[str, str, frozenset[str] | None]],
+    *,
+    index: OntologyIndex,
+) -> list[tuple]:
+    """Score many predictions at once: for each ``(response, ideal, allowed)``, the fields of
+    :func:`score_ebs`'s :class:`EbsScore` as a tuple, in the dataclass's field order.
+
+    The values are exactly those :func:`score_ebs` gives row by row; a response,
+    an ideal and a (prediction, truth) pair that recur are parsed or looked up
+    in the ontology once, and no :class:`EbsScore` objects are built.
+
+    Example:
+        >>> score_ebs_batch([("forest biome [ENVO:01000174]", "forest biome [ENVO:01000174]", None)],
+        ...                 index=index)[0][-2]  # doctest: +SKIP
+        0.95
+    """
+    ideals: dict[str, tuple[str | None, str | None]] = {}
+    responses: dict[str, tuple] = {}
+    relations: dict[tuple[str, str], tuple[Relationship, int | None, float]] = {}
+    labels = index.labels
+    out = []
+    append = out.append
+    for response, ideal, allowed in rows:
+        truth = ideals.get(ideal)
+        if truth is None:
+            parsed = parse_label_curie(ideal)
+            truth = ideals[ideal] = (parsed.curie, parsed.label) if parsed else (None, None)
+        pred = responses.get(response)
+        if pred is None:
+            parsed = parse_label_curie(response)
+            lenient = _CURIE_IN_PROSE.search(response or "")
+            if parsed is None:
+                pred = (None, None, None, lenient.group(1) if lenient else None)
+            else:
+                canonical = labels.get(parsed.curie)
+                valid = canonical is not None and canonical.casefold() == parsed.label.casefold()
+                pred = (parsed.curie, parsed.label, valid, lenient.group(1) if lenient else None)
+            responses[response] = pred
+        curie, label, label_valid, lenient_curie = pred
+        truth_curie, truth_label = truth
+        if curie is None:
+            append((False, None, None, truth_curie, truth_label, None, False, None, None, None, 0.0, 0.0, 0.0,
+                    lenient_curie))
+            continue
+        in_enum = None if allowed is None else curie in allowed
+        if truth_curie is None:
+            relationship, hops, hier = None, None, 0.0
+        else:
+            known = relations.get((curie, truth_curie))
+            if known is None:
+                rel, dist = index.relationship(curie, truth_curie)
+                known = relations[(curie, truth_curie)] = (rel, dist, hierarchy_score(rel, dist))
+            relationship, hops, hier = known
+        enum_part = ENUM_NEUTRAL if in_enum is None else (1.0 if in_enum else 0.0)
+        total = W_PARSE + W_LABEL * label_valid + W_HIER * hier + W_ENUM * enum_part
+        append((True, curie, label, truth_curie, truth_label, label_valid, truth_curie is not None and curie == truth_curie,
+                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie))
+    return out

@@ -101,8 +101,12 @@ def test_prose_curie_goes_to_lenient_column_only(tiny_index, tiny_enums):
     assert (score.parse_success, score.lenient_curie, score.ontology_score) == (False, "ENVO:01000174", 0.0)
 
 
-templates = st.sampled_from(["soil_data", "water_data", "sediment_data", "plant_associated_data", "air_data",
-                             "host_associated_data", "misc_envs_data"])
+def templates_list() -> list[str]:
+    return ["soil_data", "water_data", "sediment_data", "plant_associated_data", "air_data",
+            "host_associated_data", "misc_envs_data"]
+
+
+templates = st.sampled_from(templates_list())
 curies = st.sampled_from(["ENVO:00000428", "ENVO:00000446", "ENVO:01000174", "ENVO:01000196", "ENVO:01000211",
                           "ENVO:01000250", "ENVO:00002030", "ENVO:00000447", "ENVO:01000245", "ENVO:12345678"])
 
@@ -147,3 +151,25 @@ def test_parse_failure_leaves_label_validity_and_enum_blank_not_false(tiny_index
     score = score_ebs(text, FOREST, index=tiny_index, allowed=tiny_enums.get(template))
     assert (score.curie_label_valid, score.in_template_enum) == (None, None)
     assert (score.enum_score, score.ontology_score) == (0.0, 0.0)
+
+
+answers = st.one_of(st.text(max_size=30), st.builds(lambda label, curie: f"{label} [{curie}]",
+                                                   st.sampled_from(["forest biome", "Forest Biome", "biome", "x"]),
+                                                   curies))
+ideals = st.one_of(st.builds(lambda curie: f"t [{curie}]", curies), st.just("not a term"))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(rows=st.lists(st.tuples(answers, ideals, st.sampled_from([*templates_list(), "no_such_template"])),
+                     max_size=40))
+def test_batch_scores_equal_row_by_row_scores(tiny_index, tiny_enums, rows):
+    """score_ebs_batch (what `fieldeval score ebs` uses) gives every field of score_ebs, repeats included."""
+    import dataclasses
+
+    from scorers.ebs import score_ebs_batch
+
+    rows = rows + rows[: len(rows) // 2]  # recurring responses, ideals and pairs hit the batch's caches
+    batch = score_ebs_batch([(r, i, tiny_enums.get(t)) for r, i, t in rows], index=tiny_index)
+    expected = [dataclasses.astuple(score_ebs(r, i, index=tiny_index, allowed=tiny_enums.get(t))) for r, i, t in rows]
+    assert batch == expected
+    assert [tuple(map(type, b)) for b in batch] == [tuple(map(type, e)) for e in expected]

@@ -128,3 +128,24 @@ def test_a_binary_option_file_ends_the_session_in_one_line(pytester, option):
     assert result.ret == 2
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     result.stderr.fnmatch_lines(["Exit: *binary content (NUL byte at offset 0), not a text file*"])
+
+
+@pytest.mark.parametrize("text", [
+    "a\tb\tc\n1\t2\t3\n\n4\t5\n6\t7\t8\t9\n\"x\ty\"\t\"q\"\"\"\t\n",  # blank line, short row, long row, quoting
+    "\ufeffa\t b \r\n1\t2\r\n",  # BOM, CRLF, a padded header
+    "a\tb\n",  # header only
+    "a\ta\n1\t2\n",  # a repeated column name
+])
+def test_tsv_frame_reads_as_read_tsv_does(tmp_path, text):
+    """The frame reader (`score ebs`, `score microbiorel`) keeps read_tsv's rules for every cell."""
+    import pandas as pd
+
+    from fieldeval.inputs import read_tsv, read_tsv_frame
+
+    path = tmp_path / "t.tsv"
+    path.write_text(text, encoding="utf-8", newline="")
+    columns, rows = read_tsv(path, what="T")
+    expected = pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+    frame = read_tsv_frame(path, what="T")
+    assert list(frame.columns) == columns
+    assert frame.astype(object).values.tolist() == expected.astype(object).values.tolist()

@@ -6,7 +6,10 @@ unless the group's shards are exactly 1..N, all ``completed``, share their
 settings, hold disjoint items and together hold every planned item of the
 suite (``--allow-partial`` merges the rest as a ``partial`` run); then it re-aggregates the union of their
 stored rows with the same seeded bootstrap (:func:`fieldeval.entries.benchmark_entries`)
-and stores the result as one run with ``shard_index`` NULL.
+and stores the result as one run with ``shard_index`` NULL. The merged run
+stores no rows of its own: its payload's ``run_group`` lists the shards with
+``"rows": "shards"``, and the store reads a merged run's responses from them
+(a shard cannot be deleted while a merged run refers to it).
 """
 
 from __future__ import annotations
@@ -251,7 +254,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
                   "hits": sum(1 for r in all_rows if r.get("cached")),
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
         "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries)),
-        "run_group": {"name": name, "shards": [s.run_id for s in shards]},
+        "run_group": {"name": name, "shards": [s.run_id for s in shards], "rows": "shards"},
         "status": "partial" if partial else "completed",
     }
     payload["gates"] += error_gates(entries, payload["status"], max_errors)
@@ -271,6 +274,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         "items_errored": sum(e["errors"] for models in entries.values() for e in models.values()),
         "run_group": name, "shard_index": None, "shard_count": count,
         "settings": settings, "settings_hash": shards[0].settings_hash,
+        "rows_from": [s.run_id for s in shards],  # the merged run refers to its shards' rows, never copies them
     }
     store.save_run(payload, {bench: by_nodeid(bench_rows) for bench, bench_rows in rows.items()}, meta)
     return MergedRun(payload["run_id"], payload, tuple(s.run_id for s in shards))

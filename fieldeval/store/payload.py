@@ -61,6 +61,28 @@ def integer(value: Any) -> int | None:
 def storable(value: Any) -> Any:
     """Strings that every store accepts, in dicts and lists too: NUL as ``\\x00`` and lone surrogates as
     ``\\udXXX`` (PostgreSQL rejects both in text and JSON); every other character is kept."""
+    if isinstance(value, list | tuple) and len(value) > CHECK_CHUNK:  # a run's rows: checked a chunk at a time
+        return [item for start in range(0, len(value), CHECK_CHUNK)
+                for item in storable(value[start:start + CHECK_CHUNK])]
+    if isinstance(value, Mapping | list | tuple) and _clean(value):
+        return value
+    return _storable(value)
+
+
+CHECK_CHUNK = 2_000  # rows encoded at once by storable's check (bounds its memory)
+
+
+def _clean(value: Any) -> bool:
+    """Whether nothing in a dict or list needs :func:`storable`'s care (one JSON encoding, no walk in Python)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+        text.encode("utf-8")  # a lone surrogate fails here
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return False
+    return "\\u0000" not in text  # JSON writes NUL as \u0000
+
+
+def _storable(value: Any) -> Any:
     if isinstance(value, str):
         if "\x00" in value:
             value = value.replace("\x00", "\\x00")
@@ -70,14 +92,20 @@ def storable(value: Any) -> Any:
             value = value.encode("utf-8", "backslashreplace").decode("utf-8")
         return value
     if isinstance(value, Mapping):
-        return {storable(k): storable(v) for k, v in value.items()}
+        return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [storable(v) for v in value]
+        return [_storable(v) for v in value]
     return value
+
+
+_PLAIN = {str, int, float, bool, type(None)}
+_TEXT = {str}
 
 
 def json_ready(value: Any) -> Any:
     """The value after a JSON round trip (numpy scalars, paths and sets become plain JSON)."""
+    if type(value) is dict and set(map(type, value)) <= _TEXT and set(map(type, value.values())) <= _PLAIN:
+        return dict(value)  # a flat row of plain values: the round trip would give it back as it is
     return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
@@ -218,7 +246,8 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     response_columns = {name: None for declared in columns.values() for name in declared.response}
     responses = [_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
                                response_columns, scored_at)
-                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])]
+                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])
+                 if not meta.get("rows_from")]  # a merged run refers to its shards' stored rows
     versions = {r["corpus_version"] for r in bench_rows}
     hashes = {r["content_hash"] for r in bench_rows}
     ontology = payload.get("ontology_version")

@@ -55,6 +55,19 @@ class RunSummary:
         return asdict(self)
 
 
+INSERT_BATCH = 5_000  # response rows per executemany
+
+
+def row_runs(conn: Connection, tables: Tables, run_id: str) -> list[str]:
+    """The runs whose stored rows are this run's: its shards for a merged run that refers to them, else itself."""
+    t = tables.evaluations
+    found = conn.execute(sa.select(t.c.shard_index, t.c.run_group, t.c.payload).where(t.c.run_id == run_id)).first()
+    if found is None or found.shard_index is not None or not found.run_group:
+        return [run_id]
+    group = (found.payload or {}).get("run_group") or {}
+    return list(group["shards"]) if group.get("rows") == "shards" and group.get("shards") else [run_id]
+
+
 def require_runs(conn: Connection, tables: Tables, run_ids: Sequence[str], url: str) -> None:
     """A usage error naming the first run id that is not stored."""
     evaluations = tables.evaluations
@@ -135,8 +148,9 @@ class RunStore:
                 conn.execute(t.evaluation_benchmarks.insert(), flat.benchmarks)
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
-                if flat.responses:
-                    conn.execute(t.evaluation_responses.insert(), flat.responses)
+                if flat.responses and not (meta or {}).get("rows_from"):
+                    for start in range(0, len(flat.responses), INSERT_BATCH):  # executemany, a batch at a time
+                        conn.execute(t.evaluation_responses.insert(), flat.responses[start:start + INSERT_BATCH])
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
@@ -221,7 +235,7 @@ class RunStore:
             metric_rows = conn.execute(sa.select(t.evaluation_metrics).where(t.evaluation_metrics.c.run_id == run_id)
                                        .order_by(t.evaluation_metrics.c.benchmark, t.evaluation_metrics.c.model)).all()
             run["responses"] = conn.execute(sa.select(sa.func.count()).select_from(t.evaluation_responses).where(
-                t.evaluation_responses.c.run_id == run_id)).scalar_one()
+                t.evaluation_responses.c.run_id.in_(row_runs(conn, t, run_id)))).scalar_one()
             errors = conn.execute(sa.select(t.evaluation_errors.c.benchmark, t.evaluation_errors.c.model,
                                             t.evaluation_errors.c.item_id, t.evaluation_errors.c.error_class,
                                             t.evaluation_errors.c.message)
@@ -267,12 +281,17 @@ class RunStore:
         responses = self.tables.evaluation_responses
         with self.engine.connect() as conn:
             require_runs(conn, self.tables, [run_id], self.url)
-            query = sa.select(responses).where(responses.c.run_id == run_id)
+            sources = row_runs(conn, self.tables, run_id)
+            query = sa.select(responses).where(responses.c.run_id.in_(sources))
             if benchmark:
                 query = query.where(responses.c.benchmark == benchmark)
             if model:
                 query = query.where(responses.c.model == model)
             rows = conn.execute(query.order_by(responses.c.response_id)).all()
+        if sources != [run_id]:  # a merged run's rows are its shards', shard by shard, under its own id
+            order = {source: position for position, source in enumerate(sources)}
+            rows = sorted(rows, key=lambda row: order[row.run_id])
+            return [{**row._asdict(), "run_id": run_id, "scored_at": iso(row.scored_at)} for row in rows]
         return [{**row._asdict(), "scored_at": iso(row.scored_at)} for row in rows]
 
     def delete_run(self, run_id: str) -> int:
@@ -294,6 +313,14 @@ class RunStore:
         t = self.tables
         with self.engine.begin() as conn:
             require_runs(conn, t, [run_id], self.url)
+            shard = conn.execute(sa.select(t.evaluations.c.run_group, t.evaluations.c.shard_index).where(
+                t.evaluations.c.run_id == run_id)).one()
+            if shard.shard_index is not None and shard.run_group:
+                for merged_id, in conn.execute(sa.select(t.evaluations.c.run_id).where(
+                        t.evaluations.c.run_group == shard.run_group, t.evaluations.c.shard_index.is_(None))):
+                    if run_id in row_runs(conn, t, merged_id) and merged_id != run_id:
+                        raise UsageError(f"run {run_id}: shard {shard.shard_index} of the merged run {merged_id}, "
+                                         f"which reads its rows; `fieldeval runs delete {merged_id}` first")
             deleted = conn.execute(t.evaluation_responses.delete().where(
                 t.evaluation_responses.c.run_id == run_id)).rowcount
             for table in (t.evaluation_errors, t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):

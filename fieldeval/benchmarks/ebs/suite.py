@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import random
 import re
+import sqlite3
+import threading
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fieldeval.benchmarks.ebs.enums import load_enum_terms
-from fieldeval.data import fetch, sha256_of
+from fieldeval.atomic import atomic_path
+from fieldeval.data import cache_dir, fetch, sha256_of
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_tsv, read_yaml
 
@@ -80,11 +85,11 @@ class EbsCase:
 
 @dataclass(frozen=True)
 class EbsSuite:
-    """A suite: its system prompt, cases and content hash."""
+    """A suite: its system prompt, cases (a :class:`SuiteCases`, or a tuple) and content hash."""
 
     name: str
     system: str
-    cases: tuple[EbsCase, ...]
+    cases: Sequence[EbsCase]
     sha256: str
 
 
@@ -103,13 +108,109 @@ def study_of(raw: dict) -> str:
     found = re.search(r"^Study:[ \t]*(.+)$", str(raw.get("input") or ""), flags=re.MULTILINE)
     # the line may end in a sample-set code, "... climate change (AY23_plt05)": one study, not one per code
     return re.sub(r"\s*\([A-Za-z0-9_.-]+\)$", "", found.group(1).strip()) if found else ""
+SUITE_CACHE_FORMAT = 2  # 2: each case's study (its cluster)
+BLOCK = 256  # cases read at once
+KEPT_BLOCKS = 8  # blocks kept in memory per process (a few MB)
+
+
+class SuiteCases(Sequence[EbsCase]):
+    """A suite's cases, read by position from its compact form (SQLite) in the cache folder.
+
+    Nothing but the count and the last few blocks of cases read is held in memory:
+    ``cases[i]`` reads the block of :data:`BLOCK` cases around ``i``, so a process
+    that runs a share of a large suite holds the cases of its share only.
+    Safe to use from several threads.
+    """
+
+    def __init__(self, path: Path, count: int) -> None:
+        self.path = Path(path)
+        self._count = count
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._blocks: dict[int, list[tuple]] = {}  # the last KEPT_BLOCKS blocks read, oldest first
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True,
+                                             check_same_thread=False)
+            return self._conn.execute(sql, params).fetchall()
+
+    def __getitem__(self, position):
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(self._count))]
+        if position < 0:
+            position += self._count
+        if not 0 <= position < self._count:
+            raise IndexError(position)
+        start = position - position % BLOCK
+        block = self._blocks.get(start)
+        if block is None:  # items run in order: one read serves the next BLOCK cases
+            block = self._query("SELECT case_id, stratum, template, prompt, ideal, study FROM cases WHERE n >= ? AND n < ? "
+                                "ORDER BY n", (start, start + BLOCK))
+            with self._lock:
+                self._blocks[start] = block
+                while len(self._blocks) > KEPT_BLOCKS:
+                    self._blocks.pop(next(iter(self._blocks)))
+        return EbsCase(*block[position - start])
+
+    def __iter__(self) -> Iterator[EbsCase]:
+        for start in range(0, self._count, 1000):
+            rows = self._query("SELECT case_id, stratum, template, prompt, ideal, study FROM cases WHERE n >= ? AND n < ? "
+                               "ORDER BY n", (start, start + 1000))
+            yield from (EbsCase(*row) for row in rows)
+
+    def test_ids(self) -> list[str]:
+        """Every case's pytest id, in order, without reading the prompts."""
+        return [test_id for (test_id,) in self._query("SELECT test_id FROM cases ORDER BY n")]
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "count": self._count}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], state["count"])
+
+    def __repr__(self) -> str:
+        return f"SuiteCases({self._count} cases in {self.path})"
 
 
 def load_suite(path: str | Path | None = None) -> EbsSuite:
-    """Load an llm-matrix suite YAML; None means the pinned upstream suite."""
+    """Load an llm-matrix suite YAML; None means the pinned upstream suite.
+
+    The YAML is parsed once per machine: its cases go to a compact SQLite file in
+    the cache folder, keyed by the suite's sha256, and every later load (every
+    pytest process, every xdist worker or shard) reads the cases from there by
+    position, lazily (:class:`SuiteCases`).
+    """
     path = Path(path) if path else fetch(SUITE_FILE)
     if not path.is_file():
         raise UsageError(f"--ebs-suite {path}: no such file; pass a suite written by `fieldeval generate ebs`")
+    digest = sha256_of(path)
+    folder = cache_dir() / "suites"
+    compact = folder / f"ebs-{SUITE_CACHE_FORMAT}-{digest[:32]}.sqlite"
+    meta = _compact_meta(compact)
+    if meta is None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = open(folder / f"{compact.stem}.lock", "w")
+        except OSError:  # no writable cache folder: the cases stay in memory
+            name, system, cases = _parse_suite(path)
+            return EbsSuite(name, system, tuple(cases), digest)
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one parser per machine; concurrent processes wait, then read
+            meta = _compact_meta(compact)
+            if meta is None:
+                name, system, cases = _parse_suite(path)
+                _write_compact(compact, name, system, cases)
+                meta = (name, system, len(cases))
+    name, system, count = meta
+    return EbsSuite(name, system, SuiteCases(compact, count), digest)
+
+
+def _parse_suite(path: Path) -> tuple[str, str, list[EbsCase]]:
     suite = read_yaml(path, what="--ebs-suite", hint="pass a suite written by `fieldeval generate ebs`")
     cases = []
     try:
@@ -127,7 +228,38 @@ def load_suite(path: str | Path | None = None) -> EbsSuite:
         raise UsageError(f"--ebs-suite {path}: not an llm-matrix suite ({type(error).__name__}: {error})") from None
     if not cases:
         raise UsageError(f"--ebs-suite {path}: the suite has no cases; generate one with `fieldeval generate ebs`")
-    return EbsSuite(suite.get("name", path.stem), system, tuple(cases), sha256_of(path))
+    return suite.get("name", path.stem), system, cases
+
+
+def _write_compact(target: Path, name: str, system: str, cases: Sequence[EbsCase]) -> None:
+    with atomic_path(target) as tmp:
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.execute("CREATE TABLE meta (name TEXT, system TEXT, count INTEGER)")
+            conn.execute("CREATE TABLE cases (n INTEGER PRIMARY KEY, case_id TEXT, stratum TEXT, template TEXT, "
+                         "prompt TEXT, ideal TEXT, test_id TEXT, study TEXT)")
+            conn.execute("INSERT INTO meta VALUES (?, ?, ?)", (name, system, len(cases)))
+            conn.executemany("INSERT INTO cases VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             ((n, c.case_id, c.stratum, c.template, c.prompt, c.ideal, c.test_id, c.study)
+                              for n, c in enumerate(cases)))
+            conn.commit()
+        finally:
+            conn.close()
+
+
+def _compact_meta(path: Path) -> tuple[str, str, int] | None:
+    """(name, system prompt, case count) of a compact suite, or None when it is missing or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT name, system, count FROM meta").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return (row[0], row[1], int(row[2])) if row else None
 
 
 def _template_from_prompt(prompt: str) -> str:

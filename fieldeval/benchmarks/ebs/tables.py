@@ -10,7 +10,7 @@ from pathlib import Path
 from fieldeval.errors import UsageError
 from fieldeval.inputs import write_tsv
 from fieldeval.stats import Design, Estimator, estimate, mean_metric
-from scorers.ebs import EbsScore, OntologyIndex, score_ebs
+from scorers.ebs import EbsScore, OntologyIndex, score_ebs, score_ebs_batch
 
 METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
 # what upstream's envo_scorer.py adds to results.tsv, in its order (cost columns are its stubs)
@@ -62,9 +62,11 @@ def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]])
     keys = zip(_texts(df["response_text"]), _texts(df["case_ideal"]), _templates(df))
     first: dict[tuple[str, str, str], int] = {}
     codes = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.intp, count=len(df))
-    scores = [score_ebs(response, ideal, index=index, allowed=enums.get(template))
-              for response, ideal, template in first]
-    columns = {name: _values([getattr(score, name) for score in scores])[codes] for name in SCORE_FIELDS}
+    scores = score_ebs_batch(((response, ideal, enums.get(template)) for response, ideal, template in first),
+                             index=index)
+    distinct = len(first) == len(df)  # every row its own triple: the codes are 0..n-1
+    columns = {name: _values(values) if distinct else _values(values)[codes]
+               for name, values in zip(SCORE_FIELDS, zip(*scores))}
     for name in COST_COLUMNS:
         columns[name] = df[name].to_numpy() if name in df.columns else np.full(len(df), None, dtype=object)
     scored = format_scored(pd.DataFrame(columns, index=df.index, columns=SCORED_COLUMNS))
@@ -86,7 +88,7 @@ def format_scored(df):
     return df
 
 
-def _values(items: list):
+def _values(items):
     import numpy as np
 
     array = np.empty(len(items), dtype=object)
@@ -95,7 +97,10 @@ def _values(items: list):
 
 
 def _texts(column) -> list[str]:
-    return [value if type(value) is str else _text(value) for value in column.tolist()]
+    values = column.tolist()
+    if set(map(type, values)) <= {str}:  # text already (what the TSV reader gives)
+        return values
+    return [value if type(value) is str else _text(value) for value in values]
 
 
 def _templates(df) -> list[str]:
@@ -133,6 +138,10 @@ def _cells(column) -> list[str]:
     """A column's cells as text, each distinct value formatted once; missing values blank."""
     import pandas as pd
 
+    if column.dtype == object:
+        values = column.tolist()
+        if set(map(type, values)) <= {str}:  # text as it is: nothing to format or blank
+            return values
     codes, uniques = pd.factorize(column)
     return _values([*map(str, uniques), ""])[codes].tolist()  # code -1 (missing) is the blank
 

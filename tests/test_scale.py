@@ -1,0 +1,160 @@
+"""Scale: suites parsed once per machine and read by case position, the rows file, trimmed reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.ebs_project import SUITE, make_project, run
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    return make_project(pytester)
+
+
+def _suite_file(tmp_path, cases: int):
+    suite = dict(SUITE, cases=[SUITE["cases"][i % 3] for i in range(cases)])
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def test_a_suite_is_parsed_once_and_read_by_position(tmp_path, monkeypatch):
+    from fieldeval.benchmarks.ebs import suite as suite_module
+
+    path = _suite_file(tmp_path, 7)
+    first = suite_module.load_suite(path)
+    parsed = suite_module._parse_suite(path)[2]  # the YAML's cases, parsed directly
+    assert list(first.cases) == parsed and first.cases.test_ids() == [c.test_id for c in parsed]
+    assert [first.cases[i] for i in (0, 6, -1)] == [parsed[0], parsed[6], parsed[-1]]
+
+    def no_yaml(*args, **kwargs):
+        raise AssertionError("the YAML was parsed again")
+
+    monkeypatch.setattr(suite_module, "read_yaml", no_yaml)
+    again = suite_module.load_suite(path)  # a second process: reads the compact form, never the YAML
+    assert list(again.cases) == parsed and (again.name, again.system, again.sha256) == (
+        first.name, first.system, first.sha256)
+    monkeypatch.undo()
+    path.write_text(yaml.safe_dump(dict(SUITE, cases=SUITE["cases"][:2])))  # a changed suite is parsed anew
+    assert [c.case_id for c in suite_module.load_suite(path).cases] == ["case000", "case001"]
+
+
+def test_items_keep_their_ids_and_hold_case_positions(project):
+    from fieldeval.benchmarks.ebs.suite import _parse_suite
+
+    result = project.runpytest_subprocess("evals", "--model", "fake-ebs", "--ebs-suite", "suite.yaml",
+                                          "--collect-only", "-q", "-p", "no:cacheprovider")
+    ids = [line for line in result.outlines if "::" in line]
+    cases = _parse_suite(project.path / "suite.yaml")[2]
+    assert ids == [f"evals/test_ebs.py::test_ebs[{case.test_id}-fake-ebs]" for case in cases]
+
+
+def test_the_rows_file_holds_every_recorded_row(project):
+    _, report = run(project, "--cache", "off")
+    pointer = report["evals_rows"]
+    rows = [json.loads(line) for line in (project.path / "reports" / pointer["path"]).read_text().splitlines()]
+    inline = [json.loads(prop["fieldeval.row"]) for test in report["tests"] for prop in test.get("user_properties", [])
+              if "fieldeval.row" in prop]
+    assert pointer["rows"] == len(rows) == len(inline) == 3  # the fourth item's model call failed
+    assert sorted(json.dumps({k: v for k, v in r.items() if k != "nodeid"}, sort_keys=True) for r in rows) == sorted(
+        json.dumps(r, sort_keys=True) for r in inline)
+    assert [r["nodeid"] for r in rows] == sorted(r["nodeid"] for r in rows)
+    assert "trimmed" not in report and len(report["tests"]) == 4
+
+
+def test_above_the_limit_the_report_keeps_only_items_that_did_not_pass(project, monkeypatch):
+    _, full = run(project, "--cache", "off", "--run-id", "run_0000000f")
+    monkeypatch.setenv("FIELDEVAL_REPORT_TESTS_LIMIT", "2")
+    _, trimmed = run(project, "--cache", "off", "--run-id", "run_0000000e")
+    assert [t["outcome"] for t in trimmed["tests"]] == ["failed"]
+    assert trimmed["trimmed"]["tests"] == 3 and trimmed["collectors"] == []
+    assert not any("user_properties" in t and any("fieldeval.row" in p for p in t["user_properties"])
+                   for t in trimmed["tests"])
+    for report in (full, trimmed):
+        report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"].pop("response_time_s")
+    assert trimmed["evals"]["benchmarks"] == full["evals"]["benchmarks"]
+    assert trimmed["summary"] == full["summary"]
+    rows = (project.path / "reports" / trimmed["evals_rows"]["path"]).read_text().splitlines()
+    assert len(rows) == trimmed["evals_rows"]["rows"] == 3
+
+
+def _scored_rows(tiny_index, items: int) -> list[dict]:
+    import dataclasses
+
+    from scorers.ebs import score_ebs
+
+    answers = [("soil_data", "cropland biome [ENVO:01000245]", "cropland biome [ENVO:01000245]"),
+               ("soil_data", "forest biome [ENVO:01000174]", "coniferous forest biome [ENVO:01000196]"),
+               ("air_data", "forest biome [ENVO:01000174]", "Forest, I would say."),
+               ("soil_data", "forest biome [ENVO:01000174]", "biome [ENVO:00000428]")]
+    scored = [dataclasses.asdict(score_ebs(a, i, index=tiny_index, allowed=None)) for _, i, a in answers]
+    rows = []
+    for n in range(items):
+        template, ideal, answer = answers[(n * 7) % len(answers)]
+        stratum = ideal.split(" [")[0]
+        rows.append({"benchmark": "ebs", "model": "m", "case_id": f"case{n:05d}", "stratum": stratum,
+                     "sampleData": template, "case_ideal": ideal, "response_text": answer,
+                     **scored[(n * 7) % len(answers)], "response_time_s": 0.0, "prompt_tokens": 100,
+                     "completion_tokens": 7, "est_cost_usd": None, "cached": n % 3 == 0,
+                     "nodeid": f"evals/test_ebs.py::test_ebs[{stratum.replace(' ', '_')}-case{n:05d}-m]"})
+    return rows
+
+
+@pytest.mark.slow
+def test_four_shards_of_20k_items_merge_to_the_unsharded_run_without_copying_rows(tmp_path, tiny_index):
+    import sqlalchemy as sa
+
+    from fieldeval.entries import benchmark_entries
+    from fieldeval.errors import UsageError
+    from fieldeval.store import declared_columns, open_store
+    from fieldeval.store.groups import merge_group
+
+    items, settings = 20_000, {"seed": 7, "resamples": 50, "models": {"ebs": ["m"]}}
+    rows = _scored_rows(tiny_index, items)
+    whole_entries = benchmark_entries({"ebs": rows}, {}, seed=7, resamples=50)
+    size = items // 4
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}", columns=declared_columns()) as store:
+        store.save_run({"run_id": "run_00000000", "started_at": "2026-06-01T10:00:00Z", "benchmarks": whole_entries},
+                       {"ebs": rows}, {"settings": settings})
+        for k in range(4):  # pytest-split's contiguous chunks, each aggregated on its own
+            shard = rows[k * size:(k + 1) * size]
+            store.save_run({"run_id": f"run_0000000{k + 1}", "started_at": "2026-06-01T10:00:00Z",
+                            "benchmarks": benchmark_entries({"ebs": shard}, {}, seed=7, resamples=50)},
+                           {"ebs": shard}, {"run_group": "g", "shard_index": k + 1, "shard_count": 4,
+                                            "settings": settings, "settings_hash": "sha256:same"})
+        merged = merge_group(store, "g", {})
+        assert merged.payload["benchmarks"] == whole_entries  # every metric, interval, count and total
+        assert merged.payload["cache"]["hits"] == sum(1 for r in rows if r["cached"])
+
+        def content(run_id):
+            return sorted((r["corpus_item_id"], r["raw_response"], json.dumps(r["metrics"], sort_keys=True),
+                           json.dumps(r["row_extra"], sort_keys=True)) for r in store.responses(run_id))
+
+        assert content(merged.run_id) == content("run_00000000")
+        assert store.get_run(merged.run_id)["responses"] == items
+        with store.engine.connect() as conn:  # the merged run stored no copy: the whole run's rows and the shards'
+            stored = conn.execute(sa.select(sa.func.count()).select_from(store.tables.evaluation_responses)).scalar()
+        assert stored == 2 * items
+        with pytest.raises(UsageError, match=f"merged run {merged.run_id}"):
+            store.delete_run("run_00000002")
+        store.delete_run(merged.run_id)
+        assert store.delete_run("run_00000002") == size  # once the merged run is gone, its shards may go
+
+
+@pytest.mark.parametrize("block_cells", [1, 7 * 50, 10**12])
+def test_bootstrap_in_blocks_gives_the_numbers_of_one_resample_matrix(monkeypatch, block_cells):
+    """The resamples drawn a block at a time (bounded memory at 100k items) equal one (resamples x n) draw."""
+    import numpy as np
+
+    from fieldeval import stats
+
+    data = np.random.default_rng(0).random(50)
+    boot = data[stats.resample_indices(50, resamples=333, seed=11)].mean(axis=1)  # the whole matrix at once
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
+    monkeypatch.setattr(stats, "RESAMPLE_BLOCK_CELLS", block_cells)
+    got = stats.mean_metric(list(data), resamples=333, seed=11)
+    assert got == {"value": round(float(data.mean()), 6), "ci95": [round(float(lo), 6), round(float(hi), 6)], "n": 50}
