@@ -10,7 +10,6 @@ pytest-json-report's file as ``report["evals"]`` and in the run store.
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
-from fieldeval.benchmark import benchmarks, get_benchmark
+from fieldeval.benchmark import benchmarks
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.failures import ModelCallError
 from fieldeval.options import DEFAULT_REPORT, add_options, parse_options

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import secrets
 import tempfile
 import time

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from fieldeval.stats import mean_metric
-from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
+from tests.conftest import TINY_ENUMS, TINY_SELECTOR
 
 
 def fieldeval(*args: str, cwd) -> subprocess.CompletedProcess:

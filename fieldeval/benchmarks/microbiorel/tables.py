@@ -11,7 +11,7 @@ import numpy as np
 from fieldeval.benchmark import CliGroups
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_tsv_frame, write_tsv
-from fieldeval.stats import Design, Estimator, estimate, mean_metric, statistic_metric
+from fieldeval.stats import Design, Estimator, estimate
 from scorers.microbiorel import (
     RELATION_CLASSES,
     encode_labels,
@@ -58,7 +58,7 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     out: dict = {name: estimate(est, design, seed=seed, resamples=resamples)
                  for name, est in estimators(rows).items()}
     scores = score_relations(golds, preds)
-    f1_ci = per_class_f1_ci95(codes, seed=seed, resamples=resamples)
+    f1_ci = per_class_f1_ci95(encode_labels(golds, preds), design, seed=seed, resamples=resamples)
     out["per_class"] = {name: {"precision": round(s.precision, 6), "recall": round(s.recall, 6),
                                "f1": round(s.f1, 6), "f1_ci95": f1_ci[i], "support": s.support}
                         for i, (name, s) in enumerate(scores.per_class.items())}
@@ -68,22 +68,21 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     return out
 
 
-def per_class_f1_ci95(codes, *, seed: int, resamples: int) -> list[list[float | None]]:
-    """Each class's F1 ci95 ``[lo, hi]`` from one seeded bootstrap over the items (the resamples of
-    :func:`~fieldeval.stats.statistic_metric`); F1 counts as 0 in a resample where it is undefined."""
-    import numpy as np
-
-    from fieldeval.stats import resample_indices
-    from scorers.microbiorel import per_class_f1_batch
+def per_class_f1_ci95(codes, design: Design, *, seed: int, resamples: int) -> list[list[float | None]]:
+    """Each class's F1 ci95 ``[lo, hi]`` from the run's seeded (cluster) bootstrap: the same resamples
+    and widening as the headline metrics; F1 counts as 0 in a resample where it is undefined."""
+    from fieldeval.stats import interval, widening
+    from scorers.microbiorel import weighted_class_scores
 
     n_classes = len(RELATION_CLASSES)
-    if len(codes) == 0:
+    n = len(codes)
+    if n == 0:
         return [[None, None]] * n_classes
-    f1 = per_class_f1_batch(codes[resample_indices(len(codes), resamples=resamples, seed=seed)], n_classes=n_classes)
-    out = []
-    for lo, hi in np.percentile(f1, [2.5, 97.5], axis=0).T:
-        out.append([round(float(lo), 6), round(float(hi), 6)])
-    return out
+    point = np.nan_to_num(weighted_class_scores(codes, np.ones((1, n)), n_classes)[3][0])
+    boot = np.nan_to_num(np.concatenate([weighted_class_scores(codes, w, n_classes)[3]
+                                         for w in design.weight_blocks(n, resamples=resamples, seed=seed)]))
+    factor = widening(design, n)
+    return [list(interval(float(point[c]), boot[:, c], factor, (0.0, 1.0))) for c in range(n_classes)]
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
