@@ -81,4 +81,4 @@ def test_store_gets_item_counts_and_every_failed_item(project, monkeypatch):
     assert meta["errors"] == [{"benchmark": "ebs", "model": "fake-ebs",
                                "item": "evals/test_ebs.py::test_ebs[forest_biome-case003-fake-ebs]",
                                "error_class": "RuntimeError",
-                               "message": "no response after 1 attempt(s): provider exploded"}]
+                               "message": "no response after 1 request(s): provider exploded"}]
