@@ -135,7 +135,9 @@ def _power_cli(args: argparse.Namespace) -> int:
     if not 0 <= args.correlation < 1:
         raise UsageError(f"--correlation {args.correlation:g}: must be at least 0 and below 1")
     metric = args.metric or bench.headline[0]
-    bench.metric(metric)  # a usage error naming the choices
+    if metric not in {m.name for m in bench.metrics}:
+        raise UsageError(f"--metric {metric}: {bench.name} has no such metric; choose from "
+                         f"{', '.join(m.name for m in bench.metrics)}")
     with _store(args) as store:
         run_id = args.from_run or _baseline_run(store, bench.name, bench.baseline)
         rows = store.run_rows(run_id).get(bench.name)

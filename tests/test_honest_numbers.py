@@ -188,6 +188,7 @@ def test_errored_items_make_a_partial_run_that_resume_completes(project):
 
 
 def test_merge_refuses_shards_that_leave_out_planned_items(project):
+    assert _pytest(project, "--run-id", "run_base").returncode == 0
     for group in ("1", "2"):
         shard = _pytest(project, "--splits", "2", "--group", group, "--run-group", "g1", "-k", "not case011")
         assert shard.returncode == 0, shard.stdout
@@ -199,7 +200,16 @@ def test_merge_refuses_shards_that_leave_out_planned_items(project):
         "left them out), or pass --allow-partial"]
     partial = _fieldeval(project, "runs", "merge", "g1", "--allow-partial", "--json")
     assert partial.returncode == 1  # a partial run fails its gates unless --max-errors allows it
-    assert json.loads(partial.stdout)["status"] == "partial"
+    merged = json.loads(partial.stdout)
+    assert merged["status"] == "partial"
+    _fieldeval(project, "runs", "delete", merged["run_id"])
+    gated = _fieldeval(project, "runs", "merge", "g1", "--allow-partial", "--max-errors", "1",
+                       "--baseline-run", "run_base", "--json")
+    assert gated.returncode == 0, gated.stderr  # the same answers as the baseline: no regression
+    baseline = json.loads(gated.stdout)["payload"]["baseline"]
+    score = next(d for d in baseline["differences"] if d["metric"] == "ontology_score")
+    assert (score["value"], score["n_items"], score["n_clusters"]) == (0.0, 11, 4)
+    assert "share 11 of 12 and 11 items" in baseline["notes"][0]
 
 
 def test_power_prints_items_and_clusters_needed(project):

@@ -25,9 +25,9 @@ from fieldeval.stats import (
 from scorers.ibf import mds_batch, mds_weights
 from scorers.microbiorel import encode_labels, weighted_f1_batch, weighted_f1_weights
 
-SIMULATIONS = 600
+SIMULATIONS = 2000
 CLUSTERS = 10
-RESAMPLES = 1000
+RESAMPLES = 500
 N_CLASSES = 3
 
 
