@@ -130,7 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
-    config.stash[_SIGNALS] = interrupts = Interrupts()
+    config.stash[_SIGNALS] = interrupts = Interrupts(on_signal=lambda name: state.stop_calls(name))
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
     if worker or _only_informs(config):

@@ -116,6 +116,33 @@ def test_maxfail_1_stops_spending(http_project):
     assert STATS.as_dict()["requests"] <= 2 * 4
 
 
+def test_ctrl_c_stops_spending(http_project):
+    # Ctrl-C half-way: the calls in flight may end, but no new request starts after the signal
+    STATS.reset(0.3)
+    _suite(http_project, 100)
+    args = [sys.executable, "-m", "pytest", "evals", "--model", "mock-ok", "--ebs-suite", "suite.yaml",
+            "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider",
+            "--concurrency", "4", "-n", "0", "--cache", "off", "-q"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(args, cwd=http_project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(DEADLINE_S * 20):  # until a few rounds of calls went out (or the deadline: a hang)
+            if STATS.as_dict()["requests"] >= 12 or process.poll() is not None:
+                break
+            threading.Event().wait(0.05)
+        assert process.poll() is None, "the run ended before it was interrupted"
+        process.send_signal(signal.SIGINT)
+        at_signal = STATS.as_dict()["requests"]
+        output, _ = process.communicate(timeout=DEADLINE_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 2, output.decode(errors="replace")[-2000:]  # pytest's "interrupted"
+    # at most the C = 4 calls a solver thread was already sending when the signal came
+    assert STATS.as_dict()["requests"] <= at_signal + 4
+    assert at_signal < 100
+
+
 def test_a_hung_request_ends_at_the_call_timeout_and_frees_its_slot(http_project):
     result, report = _run(http_project, "mock-hang", 4, "--call-timeout", "0.5", "--retries", "1",
                           "--concurrency", "4", "-n", "0", "--cache", "off")
