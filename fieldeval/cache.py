@@ -189,7 +189,8 @@ class ResponseCache:
                     "completion_tokens) VALUES (?, ?, ?, ?, ?, ?)", rows)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite may have rolled back already (a full disk, say)
+                    db.execute("ROLLBACK")
                 raise
             self._pending.clear()
 

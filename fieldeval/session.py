@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import secrets
 import tempfile
 import time
@@ -249,7 +250,27 @@ class EvalSession:
         if self._pool is not None:
             self._pool.stop()
         if self.client.cache is not None:
-            self.client.cache.close()
+            self._flush_cache(close=True)
+
+    def _flush_cache(self, *, close: bool = False) -> None:
+        """Commit the responses the cache holds in memory; a full disk is the session's one line, not a traceback."""
+        import sqlite3
+
+        from fieldeval.writable import full_disk_line, out_of_space
+
+        cache = self.client.cache
+        if cache is None:
+            return
+        try:
+            cache.close() if close else cache.flush()
+        except (sqlite3.Error, OSError) as error:
+            if not out_of_space(error):
+                raise
+            line = full_disk_line(str(cache.path), error)
+            if self.disk_full is None and not close:
+                self.disk_full = line
+            elif self.disk_full is None:  # at the very end: the session's status is already written
+                sys.stderr.write(line + "\n")
 
     # --- progress ------------------------------------------------------------------------------
 
@@ -504,6 +525,7 @@ class EvalSession:
     def finish(self, exitstatus: int) -> None:
         """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
         self.stop_calls("the session is ending")
+        self._flush_cache()
         self.status = self.progress.status = self.run_status(exitstatus)
         self._write_progress()
         self._payload = None
