@@ -183,7 +183,8 @@ def _open_at(driver, url: str, width: int) -> None:
     driver.set_window_size(width, min(height + 200, 16000))
     from selenium.webdriver.support.ui import WebDriverWait
 
-    assert WebDriverWait(driver, 30).until(_charts_drawn)
+    assert WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return !document.body.dataset.redrawing") and _charts_drawn(d))
 
 
 def _traces(driver) -> list[dict]:
@@ -210,17 +211,23 @@ def test_every_text_fits_and_every_chart_has_titles_and_intervals_at_desktop_and
 
 
 def test_the_page_check_finds_cut_text_and_missing_titles(browser, server):
-    # the check above must be able to fail: a clipped cell and a chart without axis titles are reported
+    # the check above must be able to fail: a clipped cell, and a chart with cut labels and no axis titles
     _open_at(browser, server.base + "/", 1400)
     browser.execute_script(
         "const td = document.querySelector('#runs-table td.label');"
         "td.style.cssText = 'display:block;max-width:30px;white-space:nowrap;overflow:hidden';"
         "td.textContent = 'a label far too long for its cell';"
-        "const el = document.getElementById('ebs-headline');"
-        "Plotly.relayout(el, {'xaxis.title.text': '', 'xaxis.tickfont.size': 400});")
+        "const probe = document.createElement('div');"
+        "probe.id = 'probe'; probe.style.cssText = 'width:300px;height:200px';"
+        "document.body.appendChild(probe);"
+        "Plotly.newPlot(probe, [{type: 'bar', x: ['a category name far too long for this chart'], y: [1],"
+        " error_y: {type: 'data', array: [0.1]}}], {title: {text: 'probe'}, margin: {l: 0, r: 0, t: 30, b: 0},"
+        " xaxis: {automargin: false, tickfont: {size: 40}}}, {displayModeBar: false});")
+    assert _wait(browser, "return document.querySelector('#probe .main-svg') !== null")
     problems = browser.execute_script(CHECK_PAGE)
     assert problems["overflow"] == ["TD: a label far too long for its cell"]
-    assert "ebs-headline: axis title" in problems["untitled"] and problems["cut"]
+    assert problems["untitled"] == ["probe: axis title"]
+    assert any(cut.startswith("probe: ") for cut in problems["cut"]) and problems["nointerval"] == []
 
 
 def test_one_colour_per_run_across_every_chart(browser, server):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
 import yaml
 
 from fieldeval.errors import UsageError
-from fieldeval.inputs import read_tsv
+from fieldeval.inputs import read_tsv, write_tsv
 from fieldeval.resources import bundled
 
 SCHEMA_PACKAGE = "nmdc-submission-schema"
@@ -59,11 +58,7 @@ def write_enums(enum_dir: Path) -> list[Path]:
     written = []
     for prefix, terms in schema_enums().items():
         path = enum_file(enum_dir, prefix)
-        with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-            writer.writerow(["id", "label"])
-            writer.writerows(terms)
-        written.append(path)
+        written.append(write_tsv(path, ["id", "label"], terms))
     return written
 
 

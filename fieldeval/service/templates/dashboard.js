@@ -252,6 +252,10 @@
   swatches();
   applyFilters();
   let resized = null;
-  window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(applyFilters, 200); });
+  window.addEventListener("resize", () => {  // redraw at the new width (narrow screens angle labels, shrink fonts)
+    clearTimeout(resized);
+    document.body.dataset.redrawing = "1";
+    resized = setTimeout(() => { applyFilters(); delete document.body.dataset.redrawing; }, 200);
+  });
   if (data.live) setInterval(poll, 2000);
 })();
