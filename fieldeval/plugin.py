@@ -410,6 +410,7 @@ def pytest_sessionfinish(session: pytest.Session):
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     state.finish(session.exitstatus)
+    _drop_idle_hypothesis_plugin(session, state)
     payload = state.payload()
     if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -432,6 +433,16 @@ def pytest_sessionfinish(session: pytest.Session):
             sys.stderr.write("; ".join([lines[0], *(line.removeprefix("fieldeval: ") for line in lines[1:])]) + "\n")
             sys.stderr.flush()
             session.exitstatus = SAVE_FAILED
+
+
+def _drop_idle_hypothesis_plugin(session: pytest.Session, state: EvalSession) -> None:
+    """A session of eval items only, where nothing imported Hypothesis, does without Hypothesis's pytest plugin:
+    its terminal summary imports the whole library (about 2 s of CPU after the last item) to report nothing."""
+    only_evals = session.testscollected and sum(state.progress.planned.values()) >= session.testscollected
+    if only_evals and "hypothesis" not in sys.modules:
+        plugin = session.config.pluginmanager.get_plugin("hypothesispytest")
+        if plugin is not None:
+            session.config.pluginmanager.unregister(plugin)
 
 
 def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> str | None:
