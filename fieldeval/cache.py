@@ -78,9 +78,11 @@ def _warn(line: str) -> None:
 class ResponseCache:
     """The cache file: one connection per process, writes committed in groups.
 
-    Puts are buffered and committed together every ``FLUSH_ROWS`` rows or
-    ``FLUSH_S`` seconds, and at :meth:`close` (also run at exit); the file stays
-    in WAL mode, so a crash loses at most the last group and never damages the file.
+    Puts are buffered and committed together every ``FLUSH_ROWS`` rows, and at
+    most ``FLUSH_S`` seconds after the first of a group was put (a timer commits
+    it when no further put comes), and at :meth:`close` (also run at exit); the file
+    stays in WAL mode, so a hard kill loses at most the last ``FLUSH_S`` seconds of
+    answers and never damages the file.
     Opening it runs SQLite's own ``PRAGMA quick_check``, which reads the WAL too:
     a damaged file (corrupt, or not SQLite at all) is moved aside as
     ``<name>.corrupt-<UTC timestamp>`` with one warning line and a fresh cache
@@ -97,6 +99,7 @@ class ResponseCache:
         self._lock = threading.RLock()
         self._pending: dict[str, tuple] = {}
         self._last_flush = time.monotonic()
+        self._timer: threading.Timer | None = None
         if self.path.is_dir():
             raise UsageError(f"response cache {self.path}: is a folder; pass a file to --cache-path, such as "
                              f"{self.path / 'responses.sqlite'}")
@@ -173,6 +176,18 @@ class ResponseCache:
                                   response.prompt_tokens, response.completion_tokens)
             if len(self._pending) >= self.FLUSH_ROWS or time.monotonic() - self._last_flush >= self.FLUSH_S:
                 self.flush()
+            elif self._timer is None or not self._timer.is_alive() or self._timer_pid != os.getpid():
+                self._timer_pid = os.getpid()
+                self._timer = threading.Timer(self.FLUSH_S, self._flush_later)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _flush_later(self) -> None:
+        """The timer's commit of a group no further put completed (errors are the next flush's to report)."""
+        try:
+            self.flush()
+        except (sqlite3.Error, OSError):
+            pass
 
     def flush(self) -> None:
         """Commit the buffered responses in one transaction."""

@@ -17,6 +17,20 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return make_project(pytester)
 
 
+def _cached(project: pytest.Pytester) -> int:
+    """Responses committed to the project's cache file (what another process can read)."""
+    import sqlite3
+
+    path = project.path / "reports" / "responses.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
 def calls(project: pytest.Pytester) -> list[str]:
     path = project.path / "calls.log"
     return path.read_text().splitlines() if path.exists() else []
@@ -162,7 +176,8 @@ def test_run_killed_half_way_resumes_from_the_cache(project):
     deadline = time.monotonic() + 120
     while len(calls(project)) < 1 and time.monotonic() < deadline:  # case000 answered, case001 hangs
         time.sleep(0.2)
-    time.sleep(0.5)
+    while not _cached(project) and time.monotonic() < deadline:  # committed by the cache's timer, not at exit
+        time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert calls(project) == [c for c in calls(project) if "Iowa" in c] and len(calls(project)) == 1

@@ -310,6 +310,25 @@ def test_cache_puts_are_committed_in_groups_and_all_at_close(tmp_path):
         assert other.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == cache.FLUSH_ROWS + 3
 
 
+def test_a_lone_put_is_committed_by_the_timer_without_a_close(tmp_path):
+    # a run whose next call hangs (or is killed) must not hold its last answer in memory only
+    import time
+
+    from fieldeval.cache import CachedResponse, ResponseCache
+
+    cache = ResponseCache(tmp_path / "responses.sqlite")
+    cache.FLUSH_S = 0.2
+    cache.put("k0", "m", CachedResponse("a", None, None, None))
+    deadline = time.monotonic() + DEADLINE_S
+    seen = 0
+    while not seen and time.monotonic() < deadline:  # waits on the condition; the deadline only catches a hang
+        with sqlite3.connect(cache.path) as other:
+            seen = other.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        time.sleep(0.05)
+    assert seen == 1
+    cache.close()
+
+
 def test_a_killed_worker_blocks_no_other_and_its_items_are_solved_elsewhere(http_project):
     # the worker that reaches case005 kills itself while its solver threads hold claimed calls
     http_project.makeconftest("""
