@@ -205,7 +205,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ids = cases.test_ids() if hasattr(cases, "test_ids") else [case.test_id for case in cases]
         metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
-        metafunc.parametrize("model", state.models_for(bench.name))
+        models = state.models_for(bench.name)
+        if state.options.designed:  # combinations: ids like gpt-4o-mini-t0.7 (and -e2 for the second epoch)
+            metafunc.parametrize("model", models, ids=[m.test_id for m in models])
+        else:
+            metafunc.parametrize("model", models)
 
 
 @pytest.hookimpl(trylast=True)
@@ -373,6 +377,9 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
 
     def _record(**values) -> None:
         row = {"benchmark": marker.kwargs["benchmark"], **values, **_design_keys(request)}
+        combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
+        if hasattr(combination, "columns"):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
+            row.update(combination.columns())
         request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str)))
 
     return _record

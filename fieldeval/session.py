@@ -76,6 +76,9 @@ class EvalSession:
         self.pytest_session: pytest.Session | None = None
         self.skipped_after_permanent: Counter[str] = Counter()
         self._strings: dict[str, str] = {}  # keys and short values of the rows, one copy each
+        self.tool: dict[str, Any] = {}  # [tool.fieldeval] of pyproject.toml
+        self._designs: dict[str, tuple[list, list[str]]] = {}
+        self.notices: list[str] = []  # one line each, printed once before the items run
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -98,8 +101,10 @@ class EvalSession:
         gates = load_thresholds(tool, options.fail_under)
         for gate in gates:
             check_gate(gate)
-        return cls(config, options, bench_options, selected=selected, client=client, gates=gates,
-                   session_dir=session_dir, worker=worker)
+        session = cls(config, options, bench_options, selected=selected, client=client, gates=gates,
+                      session_dir=session_dir, worker=worker)
+        session.tool = tool
+        return session
 
     # --- benchmarks and their contexts ---------------------------------------------------------
 
@@ -115,13 +120,48 @@ class EvalSession:
         return self._contexts[name]
 
     def models_for(self, name: str) -> list[str]:
-        """The models a benchmark's items run against: ``--model`` values, else its offline baseline."""
+        """The models a benchmark's items run against: ``--model`` values, else its offline baseline; with
+        ``--matrix``, ``--temperature`` or ``--epochs``, the :class:`~fieldeval.matrix.Combination` s."""
+        if self.options.designed:
+            return list(self.design(name))
         return list(dict.fromkeys(self.options.models or [self.benchmark(name).baseline]))
+
+    def design(self, name: str) -> list:
+        """The benchmark's combinations: the matrix (``--matrix``: the suite's, else ``[tool.fieldeval.matrix]``)
+        with ``--model`` and ``--temperature`` overriding its lists, each repeated ``--epochs`` times."""
+        from fieldeval.matrix import check_options, combinations, suite_grid, tool_grid
+
+        if name not in self._designs:
+            grid: dict[str, list] = {}
+            context = self.context(name)
+            if self.options.matrix:
+                suite = getattr(context, "suite", None)
+                grid = suite_grid(getattr(suite, "matrix", None)) or tool_grid(self.tool, name)
+            models = list(self.options.models) or [str(m) for m in grid.get("model", [])] or [
+                self.benchmark(name).baseline]
+            if self.options.temperatures:
+                grid["temperature"] = list(self.options.temperature_values)
+            cells, notices = combinations(models, grid, epochs=self.options.epochs,
+                                          default_temperature=float(getattr(context, "temperature", 0.0) or 0.0))
+            exit_on_usage_error(lambda: check_options(cells))
+            self._designs[name] = (cells, notices)
+            for line in notices:
+                if line not in self.notices:
+                    self.notices.append(line)
+                    if not hasattr(self.config, "workerinput"):
+                        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+                        if reporter is not None:
+                            reporter.write_line(line)
+        return self._designs[name][0]
 
     def prepare(self) -> None:
         """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
         for model in self.options.models:
             resolve_model(model)
+        if self.options.designed and not self.config.option.collectonly:
+            for name in self.selected:
+                for cell in self.design(name):
+                    resolve_model(cell.model)
         url = self.store_url()
         if url is not None and self.selected and not self.config.option.collectonly:
             from fieldeval.store import check_store
@@ -139,7 +179,8 @@ class EvalSession:
             self.context(name)
             bench = self.benchmark(name)
             if bench.warm is not None:
-                bench.warm(self.bench_options[name], self.models_for(name))
+                models = self.models_for(name)
+                bench.warm(self.bench_options[name], list(dict.fromkeys(getattr(m, "model", m) for m in models)))
 
     def expected_items(self) -> int:
         """Eval items the selected benchmarks will collect at most: cases x models (after :meth:`prepare`)."""
@@ -271,8 +312,10 @@ class EvalSession:
             bench = next((n for n in benchmarks() if module == f"test_{n}.py"), None)
             if bench is None:
                 continue
-            model = max((m for m in self.models_for(bench) if nodeid.endswith(f"-{m}]") or nodeid.endswith(f"[{m}]")),
-                        key=len, default=None)
+            tail = nodeid.removesuffix("]")
+            model = max((m for m in self.models_for(bench)
+                         if tail.endswith(f"-{getattr(m, 'test_id', m)}") or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
+                        key=lambda m: len(getattr(m, "test_id", m)), default=None)
             if model is not None:
                 keys.append((bench, model))
         self.plan(keys)
