@@ -244,6 +244,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
+        state.announce()
     if len(eval_items) > state.trim_limit:
         _lighten_json_report(session.config)
     state.start_solvers(eval_items)
@@ -264,6 +265,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
+        state.announce()
         if state.eval_items > state.trim_limit:
             _lighten_json_report(node.config)
 
@@ -492,6 +494,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     payload = state.payload()
     for line in render_summary(payload).splitlines():
+        terminalreporter.write_line(line)
+    from fieldeval.epochs import epoch_lines
+
+    for line in epoch_lines(payload):
         terminalreporter.write_line(line)
     for gate in payload["gates"]:  # passed gates too, so a reader sees what was checked
         terminalreporter.write_line(gate_line(gate), red=not gate["passed"], green=gate["passed"])

@@ -145,14 +145,22 @@ class EvalSession:
                                           default_temperature=float(getattr(context, "temperature", 0.0) or 0.0))
             exit_on_usage_error(lambda: check_options(cells))
             self._designs[name] = (cells, notices)
-            for line in notices:
-                if line not in self.notices:
-                    self.notices.append(line)
-                    if not hasattr(self.config, "workerinput"):
-                        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-                        if reporter is not None:
-                            reporter.write_line(line)
+            self.notices += [line for line in notices if line not in self.notices]
         return self._designs[name][0]
+
+    def announce(self) -> None:
+        """Print the design's notices (``--epochs`` at temperature 0), one line each, once (controller)."""
+        if hasattr(self.config, "workerinput"):
+            return
+        if self.options.designed:
+            for name in self.selected:
+                self.design(name)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in self.notices:
+            if reporter is not None and line not in self._announced:
+                self._announced.add(line)
+                reporter.ensure_newline()
+                reporter.write_line(line, yellow=True)
 
     def prepare(self) -> None:
         """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
