@@ -205,3 +205,25 @@ def test_combination_ids_and_columns():
                        "gpt-4o-mini-t0 runs once"]
     assert Combination("gpt-4o", {"temperature": 0.0}).columns() == {
         "hyperparameters": "model=gpt-4o_temperature=0.0", "model_name": "gpt-4o", "temperature": 0.0}
+
+
+def test_stored_runs_and_compare_are_keyed_by_the_combination(project):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = project.path / "runs.db"
+    for run_id, extra in (("run_base", ()), ("run_more", ("--epochs", "2"))):
+        result = project.runpytest_subprocess(*ARGS[:-4], "--store", str(store), "--run-id", run_id,
+                                              "--bootstrap-resamples", "200", "--model", "fake-b",
+                                              "--temperature", "0", "--temperature", "0.7", *extra)
+        assert result.ret == 0, result.stdout.str()[-2000:]
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    out = subprocess.run([str(fieldeval), "runs", "compare", "run_base", "run_more", "--store", str(store), "--json"],
+                         capture_output=True, text=True, cwd=project.path, check=True)
+    payload = json.loads(out.stdout)
+    pairs = {(d["model"], d["metric"]): d for d in payload["differences"]}
+    assert {model for model, _ in pairs} == {"fake-b-t0", "fake-b-t0.7"}
+    # the second run asked the t0.7 items twice: they pair as one item each (the mean of the two answers)
+    assert pairs[("fake-b-t0.7", "exact_match")]["n_items"] == CASES
+    assert pairs[("fake-b-t0.7", "exact_match")]["value"] == 0.0
