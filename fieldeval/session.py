@@ -259,8 +259,32 @@ class EvalSession:
             board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
         self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency())
         if self.config.option.collectonly:
+            if self.options.designed and not hasattr(self.config, "workerinput"):
+                self.print_plan(items)
             return
         self._pool.start()
+
+    def print_plan(self, items: Sequence[pytest.Item]) -> None:
+        """``--collect-only`` of a matrix or repeated run: calls, estimated tokens and cost per combination
+        (see :mod:`fieldeval.plan`); nothing is sent."""
+        from fieldeval.plan import plan_costs, plan_lines
+
+        jobs = []
+        for item in items:
+            marker = item.get_closest_marker(MARKER)
+            solver = marker.kwargs.get("solver") if marker is not None else None
+            callspec = getattr(item, "callspec", None)
+            if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
+                continue
+            name = marker.kwargs["benchmark"]
+            model = callspec.params["model"]
+            solve = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"], model)
+            jobs.append((name, str(model), solve, self.context(name)))
+        lines = plan_lines(plan_costs(jobs, self.client.estimate_cost))
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line)
 
     def _cases_of(self, name: str) -> Any:
         """The benchmark's cases (a sequence read by position; the EBS suite's lazily, from its compact form)."""
