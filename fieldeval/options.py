@@ -42,6 +42,10 @@ class EngineOptions:
     epochs: int = field(default=1, metadata=option(
         "--epochs", metavar="K",
         help="ask each item K times (each answer cached apart) and score it by the mean (default: 1)"))
+    matrix_job: int | None = field(default=None, metadata=option(
+        "--matrix-job", metavar="K", type=int,
+        help="run only the K-th model of the matrix (1-based), as shard K of as many shards as it has models: "
+             "one CI job per model, merged with `fieldeval runs merge` (with --run-group)"))
     concurrency: int = field(default=DEFAULT_CONCURRENCY, metadata=option(
         "--concurrency", metavar="C",
         help=f"model calls in flight for the whole session, shared by xdist workers (default: {DEFAULT_CONCURRENCY})"))
@@ -121,7 +125,8 @@ class EngineOptions:
     def __post_init__(self) -> None:
         for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
                                    ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1),
-                                   ("--seed", self.seed, 0), ("--epochs", self.epochs, 1)]:
+                                   ("--seed", self.seed, 0), ("--epochs", self.epochs, 1),
+                                   ("--matrix-job", self.matrix_job, 1)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
         from fieldeval.matrix import parse_temperature

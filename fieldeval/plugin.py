@@ -216,6 +216,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--resume RUN_ID``: deselect the items that run scored (after pytest-split chose this shard's items)."""
     state = eval_session(config)
+    if state.options.matrix_job is not None and state.selected:
+        _keep_matrix_job(config, state, items)
     if not state.options.resume or not state.selected:
         return
     done = state.resumed_items()
@@ -225,6 +227,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         case = state.case_of(item) if tag is not None else None
         scored = case is not None and (tag[0], tag[1], str(case.test_id)) in done
         (drop if scored else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _keep_matrix_job(config: pytest.Config, state: EvalSession, items: list[pytest.Item]) -> None:
+    """``--matrix-job K``: deselect the eval items of every model but the matrix's K-th."""
+    model = exit_on_usage_error(state.matrix_job_model)
+    keep, drop = [], []
+    for item in items:
+        tag = _tag(item)
+        other = tag is not None and str(getattr(item.callspec.params["model"], "model", tag[1])) != model
+        (drop if other else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -148,6 +148,25 @@ class EvalSession:
             self.notices += [line for line in notices if line not in self.notices]
         return self._designs[name][0]
 
+    def matrix_models(self) -> list[str]:
+        """The distinct models of the selected benchmarks' combinations, in the matrix's order."""
+        models: dict[str, None] = {}
+        for name in self.selected:
+            for cell in self.models_for(name):
+                models.setdefault(str(getattr(cell, "model", cell)), None)
+        return list(models)
+
+    def matrix_job_model(self) -> str | None:
+        """``--matrix-job K``: the K-th model of the matrix (a usage error past the last), else None."""
+        k = self.options.matrix_job
+        if k is None:
+            return None
+        models = self.matrix_models()
+        if k > len(models):
+            raise UsageError(f"--matrix-job {k}: the matrix has {len(models)} model(s) ({', '.join(models)}); "
+                             f"pass 1 to {len(models)}")
+        return models[k - 1]
+
     def announce(self) -> None:
         """Print the design's notices (``--epochs`` at temperature 0), one line each, once (controller)."""
         if hasattr(self.config, "workerinput"):
@@ -166,6 +185,11 @@ class EvalSession:
         """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
         for model in self.options.models:
             resolve_model(model)
+        if self.options.matrix_job is not None and getattr(self.config.option, "splits", None):
+            raise UsageError(f"--matrix-job {self.options.matrix_job} with --splits: a job runs one model of the "
+                             "matrix or one pytest-split group, not both; drop one")
+        if self.options.matrix_job is not None and self.selected:
+            self.matrix_job_model()  # one line before collection when K is past the matrix's last model
         if self.options.designed and not self.config.option.collectonly:
             for name in self.selected:
                 for cell in self.design(name):

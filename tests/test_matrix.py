@@ -248,3 +248,44 @@ def test_collect_only_prints_calls_tokens_and_cost_per_combination_before_anythi
     assert float(rows["fake-a-t0.7"][6]) == pytest.approx((2 * tokens * 2.0 + 200 * CASES * 8.0) / 1e6, abs=1e-4)
     assert rows["fake-b-t0"][6] == "-"  # no price for fake-b
     result.stdout.fnmatch_lines(["*total: 600 calls, unknown (no price for fake-b)*"])
+
+
+def test_one_job_per_model_merges_as_shards_do(project):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = project.path / "runs.db"
+    for job in (1, 2):
+        result = project.runpytest_subprocess(*ARGS[:-4], "--store", str(store), "--matrix", "--matrix-job", str(job),
+                                              "--run-group", "nightly", "--bootstrap-resamples", "200")
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        result.stdout.fnmatch_lines([f"*200 passed, 200 deselected*"])
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    done = subprocess.run([str(fieldeval), "runs", "merge", "nightly", "--store", str(store)],
+                          capture_output=True, text=True, cwd=project.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = subprocess.run([str(fieldeval), "runs", "list", "--store", str(store), "--json"],
+                         capture_output=True, text=True, cwd=project.path, check=True)
+    merged = [run for run in json.loads(out.stdout) if run["run_id"] not in (None,) and run.get("status") == "completed"
+              and sorted(run.get("models") or []) == ["fake-a-t0", "fake-a-t0.7", "fake-b-t0", "fake-b-t0.7"]]
+    assert merged, out.stdout
+
+
+def test_a_matrix_job_past_the_last_model_is_one_line(project):
+    result = project.runpytest_subprocess(*ARGS, "--matrix", "--matrix-job", "3")
+    assert result.ret == 2
+    assert result.stderr.lines[-1].startswith("Exit: --matrix-job 3: the matrix has 2 model(s) (fake-a, fake-b)")
+
+
+def test_the_workflow_can_run_the_suites_matrix_one_job_per_model(data_dir):
+    from fieldeval.benchmarks.ebs.suite import load_suite
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "evals.yml").read_text(encoding="utf-8"))
+    shard = workflow["jobs"]["shard"]
+    models = load_suite(None).matrix["hyperparameters"]["model"]  # the pinned suite's matrix: one job each
+    assert shard["strategy"]["matrix"]["group"] == list(range(1, len(models) + 1))
+    script = "\n".join(step.get("run", "") for step in shard["steps"])
+    assert '--matrix --matrix-job "$GROUP"' in script and "--run-group \"$GITHUB_RUN_ID\"" in script
+    assert shard["env"]["DESIGN"] == "${{ inputs.design }}"
+    assert workflow[True]["workflow_dispatch"]["inputs"]["design"]["options"] == ["splits", "matrix"]
