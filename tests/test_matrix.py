@@ -127,6 +127,28 @@ def test_the_suites_2x2_matrix_gives_four_aggregates_of_100_items_keyed_by_combi
     rows = [dict(zip(header, line.split("\t"))) for line in table[1:]]
     assert {(r["hyperparameters"], r["model"], r["temperature"]) for r in rows} == {
         (f"model={m}_temperature={t}", m, t) for m in ("fake-a", "fake-b") for t in ("0.0", "0.7")}
+    # `fieldeval score ebs` on the same results (its scored columns dropped) writes the same layout and scores
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fieldeval.benchmarks.ebs.tables import SCORED_COLUMNS
+
+    inputs = [c for c in header if c not in SCORED_COLUMNS]
+    (project.path / "results.tsv").write_text("\n".join(
+        "\t".join(row[c] for c in inputs) for row in [dict(zip(header, header)), *rows]) + "\n")
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    done = subprocess.run([str(fieldeval), "score", "ebs", "results.tsv", "-o", "scored", "--ontology", TINY_SELECTOR,
+                           "--enum-dir", str(TINY_ENUMS)], capture_output=True, text=True, cwd=project.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    scored = (project.path / "scored" / "results_envo_scored.tsv").read_text().splitlines()
+    assert scored[0].split("\t") == [*inputs, *SCORED_COLUMNS]
+    assert header == [*inputs[:-1], *SCORED_COLUMNS, "cached"]  # the pytest table keeps `cached` last
+    again = [dict(zip(scored[0].split("\t"), line.split("\t"))) for line in scored[1:]]
+    assert [(r["hyperparameters"], r["case_id"], r["ontology_score"]) for r in again] == [
+        (r["hyperparameters"], r["case_id"], r["ontology_score"]) for r in rows]
+    # and its summary ranks the combinations, not the models
+    assert "model=fake-b_temperature=0.7  (n=100)" in done.stdout
 
 
 def test_model_and_temperature_override_the_suites_lists(project):
