@@ -225,7 +225,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item in items:
         tag = _tag(item)
         case = state.case_of(item) if tag is not None else None
-        scored = case is not None and (tag[0], tag[1], str(case.test_id)) in done
+        epoch = getattr(item.callspec.params["model"], "epoch", None) if tag is not None else None
+        key = (tag[0], tag[1], str(case.test_id)) if case is not None else None
+        scored = key is not None and (key if epoch is None else (*key, epoch)) in done
         (drop if scored else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -245,11 +245,13 @@ class EvalSession:
                                      if bench in self.selected}
         return self._resumed
 
-    def resumed_items(self) -> set[tuple[str, str, str]]:
-        """(benchmark, model, case key) of every item the resumed run scored: these are not run again."""
+    def resumed_items(self) -> set[tuple]:
+        """(benchmark, model, case key) of every item the resumed run scored, and the epoch of a repeated one:
+        these are not run again."""
         from fieldeval.entries import case_key
 
-        return {(bench, str(row["model"]), case_key(row)) for bench, rows in self.resumed_rows().items() for row in rows}
+        return {(bench, str(row["model"]), case_key(row), *((row["epoch"],) if row.get("epoch") is not None else ()))
+                for bench, rows in self.resumed_rows().items() for row in rows}
 
     def take_resumed_rows(self) -> None:
         """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
