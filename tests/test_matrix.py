@@ -37,6 +37,10 @@ def _answer(model_id, prompt, temperature):
     good = "cropland biome [ENVO:01000245]"
     if model_id == "fake-a":
         return good
+    if model_id == "fake-c":  # a coin at temperature above 0 (sampling noise), the right answer at 0
+        import random
+
+        return good if not temperature or random.random() < 0.5 else "forest biome [ENVO:01000174]"
     return good if n % 2 == 0 else "forest biome [ENVO:01000174]"
 
 
@@ -55,11 +59,16 @@ class FakeB(FakeA):
     model_id = "fake-b"
 
 
+class FakeC(FakeA):
+    model_id = "fake-c"
+
+
 class Plugin:
     @llm.hookimpl
     def register_models(self, register):
         register(FakeA())
         register(FakeB())
+        register(FakeC())
 
 
 llm.plugins.pm.register(Plugin(), name="fake-matrix-plugin")
@@ -311,3 +320,29 @@ def test_the_workflow_can_run_the_suites_matrix_one_job_per_model(data_dir):
     assert '--matrix --matrix-job "$GROUP"' in script and "--run-group \"$GITHUB_RUN_ID\"" in script
     assert shard["env"]["DESIGN"] == "${{ inputs.design }}"
     assert workflow[True]["workflow_dispatch"]["inputs"]["design"]["options"] == ["splits", "matrix"]
+
+
+def test_power_takes_epochs_into_account(project):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = project.path / "runs.db"
+    result = project.runpytest_subprocess(*ARGS[:-4], "--store", str(store), "--run-id", "run_noisy",
+                                          "--bootstrap-resamples", "200", "--model", "fake-c", "--temperature", "1",
+                                          "--epochs", "4")
+    assert result.ret in (0, 1), result.stdout.str()[-2000:]  # gates may fail on a coin; the run is stored
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+
+    def needed(*extra: str) -> tuple[int, str]:
+        done = subprocess.run([str(fieldeval), "power", "ebs", "--difference", "0.05", "--from-run", "run_noisy",
+                               "--store", str(store), *extra], capture_output=True, text=True, cwd=project.path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return int(re.search(r"\): (\d+) items", done.stdout).group(1)), done.stdout
+
+    as_run, out = needed()
+    assert "4 answers per item in the run" in out
+    more, _ = needed("--epochs", "16")
+    one, _ = needed("--epochs", "1")
+    assert more < as_run < one  # sampling noise dominates: more answers per item, fewer items needed
