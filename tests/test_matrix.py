@@ -291,16 +291,17 @@ def test_one_job_per_model_merges_as_shards_do(project):
         result = project.runpytest_subprocess(*ARGS[:-4], "--store", str(store), "--matrix", "--matrix-job", str(job),
                                               "--run-group", "nightly", "--bootstrap-resamples", "200")
         assert result.ret == 0, result.stdout.str()[-2000:]
-        result.stdout.fnmatch_lines([f"*200 passed, 200 deselected*"])
+        result.stdout.fnmatch_lines(["*200 passed, 200 deselected*"])
     fieldeval = Path(sys.executable).parent / "fieldeval"
     done = subprocess.run([str(fieldeval), "runs", "merge", "nightly", "--store", str(store)],
                           capture_output=True, text=True, cwd=project.path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = subprocess.run([str(fieldeval), "runs", "list", "--store", str(store), "--json"],
                          capture_output=True, text=True, cwd=project.path, check=True)
-    merged = [run for run in json.loads(out.stdout) if run["run_id"] not in (None,) and run.get("status") == "completed"
+    runs = json.loads(out.stdout)
+    merged = [run for run in runs if run.get("status") == "completed"
               and sorted(run.get("models") or []) == ["fake-a-t0", "fake-a-t0.7", "fake-b-t0", "fake-b-t0.7"]]
-    assert merged, out.stdout
+    assert len(runs) == 3 and len(merged) == 1, out.stdout  # two one-model jobs, and their merge of all four
 
 
 def test_a_matrix_job_past_the_last_model_is_one_line(project):

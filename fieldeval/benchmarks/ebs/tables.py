@@ -245,5 +245,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
         params = [c for c in matrix_params(rows) if c in frame.columns]
         columns = ["hyperparameters", "model", *params, *(["epoch"] if "epoch" in frame.columns else []),
                    *columns[1:]]
+        if "epoch" in frame.columns:  # whole numbers, blank for the combinations run once (temperature 0)
+            frame["epoch"] = pd.array(frame["epoch"], dtype="Int64")
     write_scored(format_scored(frame.reindex(columns=columns)), path)
     return [path]
