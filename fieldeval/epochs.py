@@ -126,18 +126,25 @@ def epoch_interval(values_by_item: Sequence[Sequence[float]], clusters: Sequence
     by_cluster: dict[Any, list[int]] = defaultdict(list)
     for i, label in enumerate(labels):
         by_cluster[label if label is not None else f"item{i}"].append(i)
-    members = list(by_cluster.values())
+    members = [np.asarray(m) for m in by_cluster.values()]
+    singletons = all(len(m) == 1 for m in members)
+    counts = np.array([len(g) for g in groups])
+    padded = np.zeros((len(groups), counts.max()))
+    for i, g in enumerate(groups):
+        padded[i, :len(g)] = g
     rng = np.random.default_rng(seed)
     stats = np.empty(resamples)
     for b in range(resamples):
-        total = count = 0.0
-        for c in rng.integers(0, len(members), len(members)):
-            items = members[c]
-            for i in rng.integers(0, len(items), len(items)) if len(members) > 1 or len(items) > 1 else [0]:
-                g = groups[items[i]]
-                total += g[rng.integers(0, len(g), len(g))].mean()
-                count += 1
-        stats[b] = total / count
+        if singletons:  # independent items: resample items
+            idx = rng.integers(0, len(groups), len(groups))
+        else:  # clusters, then items within each drawn cluster
+            drawn = [members[c] for c in rng.integers(0, len(members), len(members))]
+            idx = np.concatenate([m[rng.integers(0, len(m), len(m))] for m in drawn])
+        k = counts[idx]
+        picks = (rng.random((len(idx), padded.shape[1])) * k[:, None]).astype(int)  # epochs within each item
+        used = np.arange(padded.shape[1])[None, :] < k[:, None]
+        means = (padded[idx[:, None], picks] * used).sum(axis=1) / k
+        stats[b] = means.mean()
     lo, hi = np.percentile(stats, [2.5, 97.5])
     return _r(float(lo)), _r(float(hi))
 
