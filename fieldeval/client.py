@@ -118,10 +118,15 @@ class Request:
     system: str | None
     options: dict[str, Any]
     schema: dict | None
+    epoch: int | None = None  # the repeat of an item (``--epochs``); 2 and up are keyed apart
 
     @property
     def key(self) -> str:
-        """The sha256 of model, options, system prompt, prompt and schema."""
+        """The sha256 of model, options, system prompt, prompt and schema (and the epoch, from the second on:
+        the first epoch is the plain call, so a single-answer run's cache serves it)."""
+        if self.epoch is not None and self.epoch > 1:
+            return cache_key(self.resolved_id, {**self.options, "epoch": self.epoch}, self.system, self.prompt,
+                             self.schema)
         return cache_key(self.resolved_id, self.options, self.system, self.prompt, self.schema)
 
 
@@ -279,11 +284,23 @@ class ModelClient:
 
     def request(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                 max_tokens: int | None = None, schema: dict | None = None) -> Request:
-        """Resolve a call: the llm model, the options it accepts, the schema when it supports one."""
+        """Resolve a call: the llm model, the options it accepts, the schema when it supports one.
+
+        A matrix cell (:class:`fieldeval.matrix.Combination`) in place of a model id sets the model, its
+        temperature and other options, and the epoch.
+        """
+        extra: dict[str, Any] = {}
+        epoch = None
+        if hasattr(model_id, "params") and hasattr(model_id, "epoch"):  # a matrix cell
+            params = dict(model_id.params)
+            temperature = params.pop("temperature", temperature)
+            extra, epoch, model_id = params, model_id.epoch, model_id.model
         model = self.model(model_id)
         options = model_options(model, temperature=temperature, max_tokens=max_tokens)
+        fields = getattr(model.Options, "model_fields", {})
+        options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
-        return Request(model_id, model.model_id, prompt, system, options, use_schema)
+        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch)
 
     def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                  max_tokens: int | None = None, schema: dict | None = None) -> Completion:

@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fieldeval.benchmark import get_benchmark
+from fieldeval.benchmark import Benchmark, get_benchmark
+from fieldeval.epochs import collapse_epochs, epoch_summary, has_epochs
 from fieldeval.totals import model_totals
 
 
@@ -73,16 +74,33 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
             by_model[row["model"]].append(row)
         out[name] = {}
         for model in sorted({*by_model, *(m for b, m in errors if b == name)}):
-            model_rows = by_model.get(model, [])
+            epoch_rows = by_model.get(model, [])
+            model_rows = collapse_epochs(epoch_rows) if has_epochs(epoch_rows) else epoch_rows  # one row per item
             scored_rows = without_clusters(model_rows) if cluster_by == "none" else model_rows
-            entry = get_benchmark(name).aggregate(scored_rows, seed=seed, resamples=resamples)
+            bench = get_benchmark(name)
+            entry = bench.aggregate(scored_rows, seed=seed, resamples=resamples)
             entry["items"] = len(model_rows) + errors.get((name, model), 0)
             entry["errors"] = errors.get((name, model), 0)
             entry["scored"] = len(model_rows)
-            entry["planned"] = max((planned or {}).get((name, model), 0), entry["items"])
-            entry["totals"] = model_totals(model_rows)
+            repeats = len(epoch_rows) / len(model_rows) if model_rows and len(epoch_rows) > len(model_rows) else 1
+            entry["planned"] = max(round((planned or {}).get((name, model), 0) / repeats), entry["items"])
+            entry["totals"] = model_totals(epoch_rows)
+            if epoch_rows is not model_rows:
+                metric = epoch_metric(bench, epoch_rows)
+                if metric is not None:
+                    rows_for_ci = without_clusters(epoch_rows) if cluster_by == "none" else epoch_rows
+                    entry["epochs"] = epoch_summary(rows_for_ci, metric, seed=seed, resamples=resamples)
             out[name][model] = entry
     return out
 
 
-__all__ = ["CLUSTER_KEYS", "benchmark_entries", "by_nodeid", "case_key", "without_clusters"]
+def epoch_metric(bench: Benchmark, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The per-row score whose variance an epoch run splits: the first headline metric the rows carry as a
+    number, else ``correct`` (a classification's), else None."""
+    for name in [*bench.headline, "correct"]:
+        if any(isinstance(r.get(name), bool | int | float) for r in rows):
+            return name
+    return None
+
+
+__all__ = ["CLUSTER_KEYS", "epoch_metric", "benchmark_entries", "by_nodeid", "case_key", "without_clusters"]

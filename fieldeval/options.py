@@ -33,6 +33,19 @@ class EngineOptions:
     models: tuple[str, ...] = field(default=(), metadata=option(
         "--model", metavar="MODEL",
         help="llm model id or alias to evaluate; repeat for several (default: the benchmark's offline baseline)"))
+    matrix: bool = field(default=False, metadata=option(
+        "--matrix", help="run every combination of the suite's matrix: its models and hyperparameters (EBS suites; "
+                         "other benchmarks: [tool.fieldeval.matrix]); --model and --temperature override its lists"))
+    temperatures: tuple[str, ...] = field(default=(), metadata=option(
+        "--temperature", metavar="T",
+        help="sampling temperature to run every model at; repeat for several (overrides the matrix's list)"))
+    epochs: int = field(default=1, metadata=option(
+        "--epochs", metavar="K",
+        help="ask each item K times (each answer cached apart) and score it by the mean (default: 1)"))
+    matrix_job: int | None = field(default=None, metadata=option(
+        "--matrix-job", metavar="K", type=int,
+        help="run only the K-th model of the matrix (1-based), as shard K of as many shards as it has models: "
+             "one CI job per model, merged with `fieldeval runs merge` (with --run-group)"))
     concurrency: int = field(default=DEFAULT_CONCURRENCY, metadata=option(
         "--concurrency", metavar="C",
         help=f"model calls in flight for the whole session, shared by xdist workers (default: {DEFAULT_CONCURRENCY})"))
@@ -97,12 +110,29 @@ class EngineOptions:
         "--resume", metavar="RUN_ID",
         help="run only this stored run's missing and errored items and complete the same run"))
 
+    @property
+    def temperature_values(self) -> tuple[float, ...]:
+        """``--temperature`` values as numbers, in order, once each."""
+        from fieldeval.matrix import parse_temperature
+
+        return tuple(dict.fromkeys(parse_temperature(t) for t in self.temperatures))
+
+    @property
+    def designed(self) -> bool:
+        """Whether items run on combinations (``--matrix``, ``--temperature`` or ``--epochs`` above 1)."""
+        return self.matrix or bool(self.temperatures) or self.epochs > 1
+
     def __post_init__(self) -> None:
         for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
                                    ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1),
-                                   ("--seed", self.seed, 0)]:
+                                   ("--seed", self.seed, 0), ("--epochs", self.epochs, 1),
+                                   ("--matrix-job", self.matrix_job, 1)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
+        from fieldeval.matrix import parse_temperature
+
+        for text in self.temperatures:
+            parse_temperature(text)
         if self.max_errors is not None and self.max_errors < 0:
             raise UsageError(f"--max-errors {self.max_errors}: must be at least 0")
         if not self.regression_tolerance >= 0:
@@ -145,7 +175,10 @@ def _add_fields(group, cls: type, prefix: str, seen: set[str]) -> None:
             kwargs["metavar"] = meta.get("metavar") or {int: "N", float: "X"}.get(kind, "VALUE")
         if meta.get("choices"):
             kwargs["choices"] = meta["choices"]
-        if isinstance(f.default, tuple):
+        if isinstance(f.default, bool):
+            kwargs.update(action="store_true", default=f.default)
+            kwargs.pop("metavar", None)
+        elif isinstance(f.default, tuple):
             kwargs.update(action="append", default=[])
         else:  # numbers are converted by parse_options, so a bad one is one line and exit 2, not argparse's 4
             kwargs["default"] = f.default

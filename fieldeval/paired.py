@@ -21,10 +21,17 @@ Rows = Mapping[str, Sequence[dict]]  # rows by benchmark
 
 
 def _by_model(rows: Sequence[dict]) -> dict[str, dict[str, dict]]:
-    """``{model: {case key: row}}`` in node-id order."""
-    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    """``{model: {case key: row}}`` in node-id order; an item's repeated samples (``--epochs``) as one row, the
+    mean of its answers."""
+    from fieldeval.epochs import collapse_epochs, has_epochs
+
+    grouped: dict[str, list[dict]] = defaultdict(list)
     for row in by_nodeid(rows):
-        out[str(row.get("model"))][case_key(row)] = row
+        grouped[str(row.get("model"))].append(row)
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    for model, model_rows in grouped.items():
+        for row in collapse_epochs(model_rows) if has_epochs(model_rows) else model_rows:
+            out[model][case_key(row)] = row
     return out
 
 

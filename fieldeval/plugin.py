@@ -205,13 +205,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ids = cases.test_ids() if hasattr(cases, "test_ids") else [case.test_id for case in cases]
         metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
-        metafunc.parametrize("model", state.models_for(bench.name))
+        models = state.models_for(bench.name)
+        if state.options.designed:  # combinations: ids like gpt-4o-mini-t0.7 (and -e2 for the second epoch)
+            metafunc.parametrize("model", models, ids=[m.test_id for m in models])
+        else:
+            metafunc.parametrize("model", models)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--resume RUN_ID``: deselect the items that run scored (after pytest-split chose this shard's items)."""
     state = eval_session(config)
+    if state.options.matrix_job is not None and state.selected:
+        _keep_matrix_job(config, state, items)
     if not state.options.resume or not state.selected:
         return
     done = state.resumed_items()
@@ -219,8 +225,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item in items:
         tag = _tag(item)
         case = state.case_of(item) if tag is not None else None
-        scored = case is not None and (tag[0], tag[1], str(case.test_id)) in done
+        epoch = getattr(item.callspec.params["model"], "epoch", None) if tag is not None else None
+        key = (tag[0], tag[1], str(case.test_id)) if case is not None else None
+        scored = key is not None and (key if epoch is None else (*key, epoch)) in done
         (drop if scored else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _keep_matrix_job(config: pytest.Config, state: EvalSession, items: list[pytest.Item]) -> None:
+    """``--matrix-job K``: deselect the eval items of every model but the matrix's K-th."""
+    model = exit_on_usage_error(state.matrix_job_model)
+    keep, drop = [], []
+    for item in items:
+        tag = _tag(item)
+        other = tag is not None and str(getattr(item.callspec.params["model"], "model", tag[1])) != model
+        (drop if other else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -240,6 +261,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
         state.plan([_tag(item) for item in eval_items])
+        state.announce()
     if len(eval_items) > state.trim_limit:
         _lighten_json_report(session.config)
     state.start_solvers(eval_items)
@@ -260,6 +282,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     state = eval_session(node.config)
     if not state.progress.planned:
         state.plan_from_ids(ids)
+        state.announce()
         if state.eval_items > state.trim_limit:
             _lighten_json_report(node.config)
 
@@ -373,6 +396,9 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
 
     def _record(**values) -> None:
         row = {"benchmark": marker.kwargs["benchmark"], **values, **_design_keys(request)}
+        combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
+        if hasattr(combination, "columns"):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
+            row.update(combination.columns())
         request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str)))
 
     return _record
@@ -496,6 +522,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     payload = state.payload()
     for line in render_summary(payload).splitlines():
+        terminalreporter.write_line(line)
+    from fieldeval.epochs import epoch_lines
+
+    for line in epoch_lines(payload):
         terminalreporter.write_line(line)
     for gate in payload["gates"]:  # passed gates too, so a reader sees what was checked
         terminalreporter.write_line(gate_line(gate), red=not gate["passed"], green=gate["passed"])

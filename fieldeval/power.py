@@ -13,6 +13,11 @@ metric's observed per-item variance (``n`` times its i.i.d. bootstrap variance,
 so any metric works, F1 and MDS too) and ``rho`` the correlation of two models'
 scores on an item (``--correlation``, default 0.5). ``deff`` is the run's
 cluster bootstrap variance over its item bootstrap variance.
+
+A run with repeated samples (``--epochs K``) is read as one row per item (the
+mean of its K answers), so ``sigma^2`` is the variance of K-answer means; with
+``--epochs K2`` the per-item variance is rescaled by the run's variance split,
+``(between + within / K2) / (between + within / K)``.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ class Power:
 
 
 def power_analysis(est: Estimator, design: Design, *, metric: str, difference: float, correlation: float = 0.5,
-                   seed: int = DEFAULT_SEED, resamples: int = DEFAULT_RESAMPLES) -> Power:
+                   seed: int = DEFAULT_SEED, resamples: int = DEFAULT_RESAMPLES, variance_scale: float = 1.0) -> Power:
     """Items and clusters needed to detect ``difference`` in ``metric`` (Miller section 5), from one run."""
     from scipy.stats import norm
 
@@ -103,7 +108,7 @@ def power_analysis(est: Estimator, design: Design, *, metric: str, difference: f
     else:
         var_clustered = var_iid
     deff = var_clustered / var_iid if var_iid > 0 else 1.0
-    sigma2 = n * var_iid
+    sigma2 = n * var_iid * variance_scale
     omega2 = 2 * sigma2 * (1 - correlation)
     z = float(norm.ppf(1 - ALPHA / 2) + norm.ppf(POWER))
     needed = math.ceil(z ** 2 * omega2 * deff / difference ** 2) if omega2 > 0 else 1
@@ -112,6 +117,32 @@ def power_analysis(est: Estimator, design: Design, *, metric: str, difference: f
                  design_effect=deff, omega2=omega2, difference=difference, items_needed=needed,
                  clusters_needed=math.ceil(needed / (n / clusters)),
                  detectable=z * math.sqrt(omega2 * deff / n))
+
+
+def epoch_scale(rows: Sequence[dict], metric: str, epochs: int | None) -> tuple[float, str | None]:
+    """The factor on the per-item variance for ``epochs`` answers per item instead of the run's, and the line
+    that says so (None when the run has one answer per item and no ``--epochs`` was asked)."""
+    from fieldeval.epochs import group_epochs, has_epochs, variance_split
+
+    if epochs is not None and epochs < 1:
+        raise UsageError(f"--epochs {epochs}: must be at least 1")
+    if not has_epochs(rows):
+        if epochs is not None and epochs > 1:
+            raise UsageError(f"--epochs {epochs}: the run has one answer per item, so its within-item variance is "
+                             "unknown; pass a run made with pytest --epochs 2 or more")
+        return 1.0, None
+    groups = list(group_epochs(rows).values())
+    values = [[float(r[metric]) for r in g if isinstance(r.get(metric), bool | int | float)] for g in groups]
+    split = variance_split(values)
+    k = split["epochs"] or 1
+    if split["within"] is None:
+        return 1.0, None
+    within, between = split["within"], split["between"]
+    target = epochs or k
+    now = between + within / k
+    scale = (between + within / target) / now if now > 0 else 1.0
+    return scale, (f"{metric}: {k:g} answers per item in the run; variance {within:.4f} within items, {between:.4f} "
+                   f"between; figures below for {target:g} answer(s) per item")
 
 
 def _baseline_run(store: Any, bench: str, model: str) -> str:
@@ -126,6 +157,7 @@ def _baseline_run(store: Any, bench: str, model: str) -> str:
 def _power_cli(args: argparse.Namespace) -> int:
     from fieldeval.benchmark import get_benchmark
     from fieldeval.entries import by_nodeid, without_clusters
+    from fieldeval.epochs import collapse_epochs, has_epochs
     from fieldeval.store_cli import _store
 
     bench = get_benchmark(args.bench)
@@ -151,11 +183,17 @@ def _power_cli(args: argparse.Namespace) -> int:
     rows = by_nodeid([r for r in rows if str(r.get("model")) == model])
     if args.cluster_by == "none":
         rows = without_clusters(rows)
+    scale, epoch_line = epoch_scale(rows, metric, args.epochs)
+    if has_epochs(rows):
+        rows = collapse_epochs(rows)  # one row per item: the mean of its answers
     estimators = bench.metric_estimators(rows)
     if metric not in estimators:
         raise UsageError(f"--metric {metric}: {bench.name} cannot resample it; choose from {', '.join(estimators)}")
     result = power_analysis(estimators[metric], Design.of_rows(rows), metric=metric, difference=args.difference,
-                            correlation=args.correlation, seed=int(settings.get("seed") or DEFAULT_SEED))
+                            correlation=args.correlation, seed=int(settings.get("seed") or DEFAULT_SEED),
+                            variance_scale=scale)
+    if epoch_line:
+        print(epoch_line)
     for line in result.lines(bench.name, run_id, model, args.correlation):
         print(line)
     return 0
@@ -177,10 +215,12 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                                                          "else the first)")
     power.add_argument("--correlation", type=float, default=0.5, metavar="RHO",
                        help="correlation of two models' scores on an item (default: 0.5)")
+    power.add_argument("--epochs", type=int, default=None, metavar="K",
+                       help="answers per item to plan for (default: the run's); needs a run made with --epochs")
     power.add_argument("--cluster-by", choices=("benchmark", "none"), default="benchmark", dest="cluster_by",
                        help="use the run's clusters (default) or treat items as independent")
     _add_store(power)
     power.set_defaults(func=_power_cli)
 
 
-__all__ = ["Power", "clustered_se", "power_analysis", "register_cli"]
+__all__ = ["Power", "clustered_se", "epoch_scale", "power_analysis", "register_cli"]

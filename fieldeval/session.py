@@ -77,6 +77,9 @@ class EvalSession:
         self.pytest_session: pytest.Session | None = None
         self.skipped_after_permanent: Counter[str] = Counter()
         self._strings: dict[str, str] = {}  # keys and short values of the rows, one copy each
+        self.tool: dict[str, Any] = {}  # [tool.fieldeval] of pyproject.toml
+        self._designs: dict[str, tuple[list, list[str]]] = {}
+        self.notices: list[str] = []  # one line each, printed once before the items run
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -99,8 +102,10 @@ class EvalSession:
         gates = load_thresholds(tool, options.fail_under)
         for gate in gates:
             check_gate(gate)
-        return cls(config, options, bench_options, selected=selected, client=client, gates=gates,
-                   session_dir=session_dir, worker=worker)
+        session = cls(config, options, bench_options, selected=selected, client=client, gates=gates,
+                      session_dir=session_dir, worker=worker)
+        session.tool = tool
+        return session
 
     # --- benchmarks and their contexts ---------------------------------------------------------
 
@@ -116,13 +121,80 @@ class EvalSession:
         return self._contexts[name]
 
     def models_for(self, name: str) -> list[str]:
-        """The models a benchmark's items run against: ``--model`` values, else its offline baseline."""
+        """The models a benchmark's items run against: ``--model`` values, else its offline baseline; with
+        ``--matrix``, ``--temperature`` or ``--epochs``, the :class:`~fieldeval.matrix.Combination` s."""
+        if self.options.designed:
+            return list(self.design(name))
         return list(dict.fromkeys(self.options.models or [self.benchmark(name).baseline]))
+
+    def design(self, name: str) -> list:
+        """The benchmark's combinations: the matrix (``--matrix``: the suite's, else ``[tool.fieldeval.matrix]``)
+        with ``--model`` and ``--temperature`` overriding its lists, each repeated ``--epochs`` times."""
+        from fieldeval.matrix import check_options, combinations, suite_grid, tool_grid
+
+        if name not in self._designs:
+            grid: dict[str, list] = {}
+            context = self.context(name)
+            if self.options.matrix:
+                suite = getattr(context, "suite", None)
+                grid = suite_grid(getattr(suite, "matrix", None)) or tool_grid(self.tool, name)
+            models = list(self.options.models) or [str(m) for m in grid.get("model", [])] or [
+                self.benchmark(name).baseline]
+            if self.options.temperatures:
+                grid["temperature"] = list(self.options.temperature_values)
+            cells, notices = combinations(models, grid, epochs=self.options.epochs,
+                                          default_temperature=float(getattr(context, "temperature", 0.0) or 0.0))
+            exit_on_usage_error(lambda: check_options(cells))
+            self._designs[name] = (cells, notices)
+            self.notices += [line for line in notices if line not in self.notices]
+        return self._designs[name][0]
+
+    def matrix_models(self) -> list[str]:
+        """The distinct models of the selected benchmarks' combinations, in the matrix's order."""
+        models: dict[str, None] = {}
+        for name in self.selected:
+            for cell in self.models_for(name):
+                models.setdefault(str(getattr(cell, "model", cell)), None)
+        return list(models)
+
+    def matrix_job_model(self) -> str | None:
+        """``--matrix-job K``: the K-th model of the matrix (a usage error past the last), else None."""
+        k = self.options.matrix_job
+        if k is None:
+            return None
+        models = self.matrix_models()
+        if k > len(models):
+            raise UsageError(f"--matrix-job {k}: the matrix has {len(models)} model(s) ({', '.join(models)}); "
+                             f"pass 1 to {len(models)}")
+        return models[k - 1]
+
+    def announce(self) -> None:
+        """Print the design's notices (``--epochs`` at temperature 0), one line each, once (controller)."""
+        if hasattr(self.config, "workerinput"):
+            return
+        if self.options.designed:
+            for name in self.selected:
+                self.design(name)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in self.notices:
+            if reporter is not None and line not in self._announced:
+                self._announced.add(line)
+                reporter.ensure_newline()
+                reporter.write_line(line, yellow=True)
 
     def prepare(self) -> None:
         """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
         for model in self.options.models:
             resolve_model(model)
+        if self.options.matrix_job is not None and getattr(self.config.option, "splits", None):
+            raise UsageError(f"--matrix-job {self.options.matrix_job} with --splits: a job runs one model of the "
+                             "matrix or one pytest-split group, not both; drop one")
+        if self.options.matrix_job is not None and self.selected:
+            self.matrix_job_model()  # one line before collection when K is past the matrix's last model
+        if self.options.designed and not self.config.option.collectonly:
+            for name in self.selected:
+                for cell in self.design(name):
+                    resolve_model(cell.model)
         url = self.store_url()
         if url is not None and self.selected and not self.config.option.collectonly:
             from fieldeval.store import check_store
@@ -140,7 +212,8 @@ class EvalSession:
             self.context(name)
             bench = self.benchmark(name)
             if bench.warm is not None:
-                bench.warm(self.bench_options[name], self.models_for(name))
+                models = self.models_for(name)
+                bench.warm(self.bench_options[name], list(dict.fromkeys(getattr(m, "model", m) for m in models)))
 
     def expected_items(self) -> int:
         """Eval items the selected benchmarks will collect at most: cases x models (after :meth:`prepare`)."""
@@ -173,11 +246,13 @@ class EvalSession:
                                      if bench in self.selected}
         return self._resumed
 
-    def resumed_items(self) -> set[tuple[str, str, str]]:
-        """(benchmark, model, case key) of every item the resumed run scored: these are not run again."""
+    def resumed_items(self) -> set[tuple]:
+        """(benchmark, model, case key) of every item the resumed run scored, and the epoch of a repeated one:
+        these are not run again."""
         from fieldeval.entries import case_key
 
-        return {(bench, str(row["model"]), case_key(row)) for bench, rows in self.resumed_rows().items() for row in rows}
+        return {(bench, str(row["model"]), case_key(row), *((row["epoch"],) if row.get("epoch") is not None else ()))
+                for bench, rows in self.resumed_rows().items() for row in rows}
 
     def take_resumed_rows(self) -> None:
         """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
@@ -211,8 +286,32 @@ class EvalSession:
             board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
         self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency())
         if self.config.option.collectonly:
+            if self.options.designed and not hasattr(self.config, "workerinput"):
+                self.print_plan(items)
             return
         self._pool.start()
+
+    def print_plan(self, items: Sequence[pytest.Item]) -> None:
+        """``--collect-only`` of a matrix or repeated run: calls, estimated tokens and cost per combination
+        (see :mod:`fieldeval.plan`); nothing is sent."""
+        from fieldeval.plan import plan_costs, plan_lines
+
+        jobs = []
+        for item in items:
+            marker = item.get_closest_marker(MARKER)
+            solver = marker.kwargs.get("solver") if marker is not None else None
+            callspec = getattr(item, "callspec", None)
+            if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
+                continue
+            name = marker.kwargs["benchmark"]
+            model = callspec.params["model"]
+            solve = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"], model)
+            jobs.append((name, str(model), solve, self.context(name)))
+        lines = plan_lines(plan_costs(jobs, self.client.estimate_cost))
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line)
 
     def _cases_of(self, name: str) -> Any:
         """The benchmark's cases (a sequence read by position; the EBS suite's lazily, from its compact form)."""
@@ -292,8 +391,10 @@ class EvalSession:
             bench = next((n for n in benchmarks() if module == f"test_{n}.py"), None)
             if bench is None:
                 continue
-            model = max((m for m in self.models_for(bench) if nodeid.endswith(f"-{m}]") or nodeid.endswith(f"[{m}]")),
-                        key=len, default=None)
+            tail = nodeid.removesuffix("]")
+            model = max((m for m in self.models_for(bench)
+                         if tail.endswith(f"-{getattr(m, 'test_id', m)}") or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
+                        key=lambda m: len(getattr(m, "test_id", m)), default=None)
             if model is not None:
                 keys.append((bench, model))
         self.plan(keys)

@@ -58,6 +58,8 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
 def run_group_meta(session: EvalSession) -> dict[str, Any]:
     """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings."""
     index, count = shard_of(session.config)
+    if session.options.matrix_job is not None:  # one job per model of the matrix
+        index, count = session.options.matrix_job, len(session.matrix_models())
     settings = run_settings(session)
     return {"run_group": session.options.run_group or os.environ.get(RUN_GROUP_ENV) or None,
             "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": settings_hash(settings)}

@@ -139,6 +139,11 @@ def render_markdown(payload: dict) -> str:
         notes = few_cluster_notes(name, models)
         if notes:
             lines += [f"> {markdown_cell(note)}" for note in notes] + [""]
+    from fieldeval.epochs import epoch_lines
+
+    repeats = epoch_lines(payload)
+    if repeats:
+        lines += [f"> {markdown_cell(line)}" for line in repeats] + [""]
     if payload.get("baseline"):
         baseline = payload["baseline"]
         lines += [f"### Against baseline run {markdown_cell(baseline['run'])}", "",

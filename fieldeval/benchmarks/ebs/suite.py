@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import random
 import re
 import sqlite3
@@ -91,6 +92,7 @@ class EbsSuite:
     system: str
     cases: Sequence[EbsCase]
     sha256: str
+    matrix: dict | None = None  # the suite's ``matrix:`` block (``hyperparameters``: model, temperature, ...)
 
 
 def study_of(raw: dict) -> str:
@@ -108,7 +110,7 @@ def study_of(raw: dict) -> str:
     found = re.search(r"^Study:[ \t]*(.+)$", str(raw.get("input") or ""), flags=re.MULTILINE)
     # the line may end in a sample-set code, "... climate change (AY23_plt05)": one study, not one per code
     return re.sub(r"\s*\([A-Za-z0-9_.-]+\)$", "", found.group(1).strip()) if found else ""
-SUITE_CACHE_FORMAT = 2  # 2: each case's study (its cluster)
+SUITE_CACHE_FORMAT = 3  # 2: each case's study (its cluster); 3: the suite's matrix
 BLOCK = 256  # cases read at once
 KEPT_BLOCKS = 8  # blocks kept in memory per process (a few MB)
 
@@ -197,20 +199,20 @@ def load_suite(path: str | Path | None = None) -> EbsSuite:
             folder.mkdir(parents=True, exist_ok=True)
             lock = open(folder / f"{compact.stem}.lock", "w")
         except OSError:  # no writable cache folder: the cases stay in memory
-            name, system, cases = _parse_suite(path)
-            return EbsSuite(name, system, tuple(cases), digest)
+            name, system, cases, matrix = _parse_suite(path)
+            return EbsSuite(name, system, tuple(cases), digest, matrix)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one parser per machine; concurrent processes wait, then read
             meta = _compact_meta(compact)
             if meta is None:
-                name, system, cases = _parse_suite(path)
-                _write_compact(compact, name, system, cases)
-                meta = (name, system, len(cases))
-    name, system, count = meta
-    return EbsSuite(name, system, SuiteCases(compact, count), digest)
+                name, system, cases, matrix = _parse_suite(path)
+                _write_compact(compact, name, system, cases, matrix)
+                meta = (name, system, len(cases), matrix)
+    name, system, count, matrix = meta
+    return EbsSuite(name, system, SuiteCases(compact, count), digest, matrix)
 
 
-def _parse_suite(path: Path) -> tuple[str, str, list[EbsCase]]:
+def _parse_suite(path: Path) -> tuple[str, str, list[EbsCase], dict | None]:
     suite = read_yaml(path, what="--ebs-suite", hint="pass a suite written by `fieldeval generate ebs`")
     cases = []
     try:
@@ -228,17 +230,19 @@ def _parse_suite(path: Path) -> tuple[str, str, list[EbsCase]]:
         raise UsageError(f"--ebs-suite {path}: not an llm-matrix suite ({type(error).__name__}: {error})") from None
     if not cases:
         raise UsageError(f"--ebs-suite {path}: the suite has no cases; generate one with `fieldeval generate ebs`")
-    return suite.get("name", path.stem), system, cases
+    matrix = suite.get("matrix") if isinstance(suite.get("matrix"), dict) else None
+    return suite.get("name", path.stem), system, cases, matrix
 
 
-def _write_compact(target: Path, name: str, system: str, cases: Sequence[EbsCase]) -> None:
+def _write_compact(target: Path, name: str, system: str, cases: Sequence[EbsCase], matrix: dict | None) -> None:
     with atomic_path(target) as tmp:
         conn = sqlite3.connect(tmp)
         try:
-            conn.execute("CREATE TABLE meta (name TEXT, system TEXT, count INTEGER)")
+            conn.execute("CREATE TABLE meta (name TEXT, system TEXT, count INTEGER, matrix TEXT)")
             conn.execute("CREATE TABLE cases (n INTEGER PRIMARY KEY, case_id TEXT, stratum TEXT, template TEXT, "
                          "prompt TEXT, ideal TEXT, test_id TEXT, study TEXT)")
-            conn.execute("INSERT INTO meta VALUES (?, ?, ?)", (name, system, len(cases)))
+            conn.execute("INSERT INTO meta VALUES (?, ?, ?, ?)",
+                         (name, system, len(cases), json.dumps(matrix, default=str) if matrix else None))
             conn.executemany("INSERT INTO cases VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              ((n, c.case_id, c.stratum, c.template, c.prompt, c.ideal, c.test_id, c.study)
                               for n, c in enumerate(cases)))
@@ -247,19 +251,19 @@ def _write_compact(target: Path, name: str, system: str, cases: Sequence[EbsCase
             conn.close()
 
 
-def _compact_meta(path: Path) -> tuple[str, str, int] | None:
-    """(name, system prompt, case count) of a compact suite, or None when it is missing or unreadable."""
+def _compact_meta(path: Path) -> tuple[str, str, int, dict | None] | None:
+    """(name, system prompt, case count, matrix) of a compact suite, or None when it is missing or unreadable."""
     if not path.is_file():
         return None
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            row = conn.execute("SELECT name, system, count FROM meta").fetchone()
+            row = conn.execute("SELECT name, system, count, matrix FROM meta").fetchone()
         finally:
             conn.close()
     except sqlite3.Error:
         return None
-    return (row[0], row[1], int(row[2])) if row else None
+    return (row[0], row[1], int(row[2]), json.loads(row[3]) if row[3] else None) if row else None
 
 
 def _template_from_prompt(prompt: str) -> str:

@@ -146,6 +146,14 @@ def _cells(column) -> list[str]:
     return _values([*map(str, uniques), ""])[codes].tolist()  # code -1 (missing) is the blank
 
 
+def combination_column(df) -> str:
+    """What a results table's rows are grouped by: llm-matrix's ``hyperparameters`` (model and temperature, a
+    matrix run) when the table has it and it tells rows apart beyond the model, else ``model``."""
+    if "hyperparameters" in df.columns and df["hyperparameters"].nunique() > df["model"].nunique():
+        return "hyperparameters"
+    return "model"
+
+
 def summary_lines(df) -> list[str]:
     """The per-model summary printed after scoring a results table.
 
@@ -153,23 +161,24 @@ def summary_lines(df) -> list[str]:
     defined (parsed responses; templates with a value set), each with its n; a
     model with none is left out, as upstream's summary does.
     """
+    key = combination_column(df)
     lines = ["", "env_broad_scale scoring summary", "", "Model ranking (mean ontology_score):"]
-    models = df.groupby("model")["ontology_score"].agg(["mean", "count"]).sort_values("mean", ascending=False)
+    models = df.groupby(key)["ontology_score"].agg(["mean", "count"]).sort_values("mean", ascending=False)
     for model, row in models.iterrows():
         lines.append(f"  {row['mean']:.3f}  {model}  (n={int(row['count'])})")
     lines += ["", "Ontology score ci95 (seeded bootstrap over the rows, as a run's report gives it):"]
     for model in models.index:  # a block of its own: the ranking lines keep upstream's layout
-        lo, hi = mean_metric(df.loc[df["model"] == model, "ontology_score"].dropna().astype(float).tolist())["ci95"]
+        lo, hi = mean_metric(df.loc[df[key] == model, "ontology_score"].dropna().astype(float).tolist())["ci95"]
         lines.append(f"  {'-' if lo is None else f'{lo:.3f}-{hi:.3f}'}  {model}")
     for title, column in [("Exact match rate", "exact_match"), ("Parse rate", "parse_success")]:
         lines += ["", f"{title}:"]
-        for model, rate in df.groupby("model")[column].mean().items():
+        for model, rate in df.groupby(key)[column].mean().items():
             lines.append(f"  {rate:6.1%}  {model}")
     for title, column in [("CURIE-label validity (parsed responses):", "curie_label_valid"),
                           ("Enum compliance (parsed responses whose template has a value set):", "in_template_enum")]:
         lines += ["", title]
         defined = df[df[column].notna()]
-        for model, group in defined.groupby("model"):
+        for model, group in defined.groupby(key):
             lines.append(f"  {group[column].astype(bool).mean():6.1%}  {model}  (n={len(group)})")
         if defined.empty:
             lines.append("     n/a  (no rows)")
@@ -211,6 +220,17 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     return out
 
 
+def matrix_params(rows: list[dict]) -> list[str]:
+    """The hyperparameter names of a matrix run's rows besides the model, in the matrix's order."""
+    names: dict[str, int] = {}
+    for row in rows:
+        text = "_" + str(row.get("hyperparameters") or "")
+        for name in row:
+            if name not in ("model", "model_name", "hyperparameters") and f"_{name}=" in text:
+                names.setdefault(name, text.index(f"_{name}="))
+    return sorted(names, key=names.get)
+
+
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     """Write the run's scored table as ``reports/ebs/results_envo_scored.tsv``: upstream's order, then extras."""
     import pandas as pd
@@ -219,5 +239,13 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
-    write_scored(format_scored(pd.DataFrame(rows).reindex(columns=columns)), path)
+    frame = pd.DataFrame(rows)
+    if "hyperparameters" in frame.columns:  # a matrix run: llm-matrix's hyperparameter columns, the model's name
+        frame["model"] = frame["model_name"]
+        params = [c for c in matrix_params(rows) if c in frame.columns]
+        columns = ["hyperparameters", "model", *params, *(["epoch"] if "epoch" in frame.columns else []),
+                   *columns[1:]]
+        if "epoch" in frame.columns:  # whole numbers, blank for the combinations run once (temperature 0)
+            frame["epoch"] = pd.array(frame["epoch"], dtype="Int64")
+    write_scored(format_scored(frame.reindex(columns=columns)), path)
     return [path]

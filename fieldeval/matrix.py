@@ -1,0 +1,152 @@
+"""The experiment as designed: a model x hyperparameter matrix, and repeated samples (epochs) per item.
+
+A :class:`Combination` is one cell of the matrix: a model and its
+hyperparameters (``temperature`` and any other llm model option), plus the
+epoch of a repeated item. It *is* a string, the combination's label
+(``gpt-4o-mini-t0.7``): every aggregate, table, stored run and comparison that
+keys on ``model`` keys on the combination, and the model client unwraps it into
+the model, its options and the epoch (part of the cache key). Without
+``--matrix``, ``--temperature`` or ``--epochs`` items run on plain model ids, as
+before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fieldeval.errors import UsageError
+
+#: hyperparameters llm-matrix varies that are not llm model options
+NOT_OPTIONS = ("model",)
+
+
+class Combination(str):
+    """One cell of the matrix: ``str(c)`` is its label; ``model``, ``params`` and ``epoch`` its parts.
+
+    Example:
+        >>> c = Combination("gpt-4o-mini", {"temperature": 0.7}, epoch=2)
+        >>> str(c), c.model, c.params, c.epoch, c.test_id, c.hyperparameters
+        ('gpt-4o-mini-t0.7', 'gpt-4o-mini', {'temperature': 0.7}, 2, 'gpt-4o-mini-t0.7-e2', 'model=gpt-4o-mini_temperature=0.7')
+    """
+
+    model: str
+    params: dict[str, Any]
+    epoch: int | None
+
+    def __new__(cls, model: str, params: Mapping[str, Any] | None = None, epoch: int | None = None) -> Combination:
+        params = dict(params or {})
+        self = super().__new__(cls, label(model, params))
+        self.model, self.params, self.epoch = str(model), params, None if epoch is None else int(epoch)
+        return self
+
+    def __reduce__(self):
+        return Combination, (self.model, self.params, self.epoch)
+
+    @property
+    def temperature(self) -> float | None:
+        """The combination's temperature, or None when the matrix does not set one."""
+        value = self.params.get("temperature")
+        return None if value is None else float(value)
+
+    @property
+    def hyperparameters(self) -> str:
+        """llm-matrix's ``hyperparameters`` column: ``model=gpt-4o_temperature=0.0``."""
+        return "_".join(f"{k}={v}" for k, v in {"model": self.model, **self.params}.items())
+
+    @property
+    def test_id(self) -> str:
+        """The combination's part of an item id: the label, and ``-e2`` for the second epoch of repeated items."""
+        return str(self) if self.epoch is None else f"{self}-e{self.epoch}"
+
+    def columns(self) -> dict[str, Any]:
+        """The row columns of the combination: llm-matrix's ``hyperparameters`` and each value, and the epoch."""
+        extra = {} if self.epoch is None else {"epoch": self.epoch}
+        return {"hyperparameters": self.hyperparameters, "model_name": self.model, **self.params, **extra}
+
+
+def label(model: str, params: Mapping[str, Any]) -> str:
+    """``gpt-4o-mini-t0.7``: the model, ``-t`` and the temperature, then ``-<name><value>`` per other option."""
+    parts = [str(model)]
+    for name, value in params.items():
+        parts.append(f"t{float(value):g}" if name == "temperature" else f"{name}{value}")
+    return "-".join(parts)
+
+
+def combinations(models: Sequence[str], grid: Mapping[str, Sequence[Any]], *, epochs: int = 1,
+                 default_temperature: float = 0.0) -> tuple[list[Combination], list[str]]:
+    """Every (model, hyperparameters) cell, each repeated ``epochs`` times, and the notices to print.
+
+    A combination at temperature 0 runs once whatever ``epochs`` says: its answers would be identical.
+    """
+    names = [name for name in grid if name not in NOT_OPTIONS]
+    cells: list[Combination] = []
+    once: list[str] = []
+    for model in dict.fromkeys(models):
+        for values in itertools.product(*(list(dict.fromkeys(grid[n])) for n in names)):
+            params = dict(zip(names, values))
+            temperature = float(params.get("temperature", default_temperature))
+            repeats = epochs if temperature > 0 else 1
+            if epochs > 1 and temperature == 0:
+                once.append(str(Combination(model, params)))
+            if repeats == 1:
+                cells.append(Combination(model, params))
+            else:
+                cells.extend(Combination(model, params, epoch) for epoch in range(1, repeats + 1))
+    notices = []
+    if once:
+        notices.append(f"fieldeval: --epochs {epochs} at temperature 0: the answers would be identical, so "
+                       f"{', '.join(once)} run{'s' if len(once) == 1 else ''} once")
+    return cells, notices
+
+
+def parse_temperature(text: str) -> float:
+    """A ``--temperature`` value: a number from 0 to 2; one usage line otherwise."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--temperature {text!r}: not a number; pass e.g. --temperature 0.7") from None
+    if not 0 <= value <= 2:
+        raise UsageError(f"--temperature {text}: must be from 0 to 2")
+    return value
+
+
+def suite_grid(matrix: Mapping[str, Any] | None) -> dict[str, list[Any]]:
+    """An llm-matrix ``matrix:`` block's hyperparameters as ``{name: [values]}`` (``exclude`` is not supported)."""
+    if not matrix:
+        return {}
+    hyper = matrix.get("hyperparameters") if isinstance(matrix, Mapping) else None
+    if not isinstance(hyper, Mapping):
+        return {}
+    return {str(k): list(v) if isinstance(v, list | tuple) else [v] for k, v in hyper.items()}
+
+
+def tool_grid(tool: Mapping[str, Any], bench: str) -> dict[str, list[Any]]:
+    """``[tool.fieldeval.matrix.<bench>]``, else the plain keys of ``[tool.fieldeval.matrix]``."""
+    section = tool.get("matrix") or {}
+    if not isinstance(section, Mapping):
+        raise UsageError("[tool.fieldeval.matrix] in pyproject.toml: not a table; write e.g. "
+                         "model = [\"gpt-4o-mini\"] and temperature = [0.0, 0.7]")
+    own = section.get(bench)
+    chosen = own if isinstance(own, Mapping) else {k: v for k, v in section.items() if not isinstance(v, Mapping)}
+    return {str(k): list(v) if isinstance(v, list | tuple) else [v] for k, v in chosen.items()}
+
+
+def check_options(cells: Iterable[Combination]) -> None:
+    """Each combination's hyperparameters other than ``temperature`` must be options its llm model accepts."""
+    from fieldeval.client import resolve_model
+
+    seen: set[tuple[str, str]] = set()
+    for cell in cells:
+        for name in cell.params:
+            if name == "temperature" or (cell.model, name) in seen:
+                continue
+            seen.add((cell.model, name))
+            fields = getattr(resolve_model(cell.model).Options, "model_fields", {})
+            if name not in fields:
+                raise UsageError(f"matrix hyperparameter {name!r}: {cell.model} has no such option; "
+                                 f"choose from {', '.join(sorted(fields)) or 'none'} or drop it from the matrix")
+
+
+__all__ = ["Combination", "check_options", "combinations", "label", "parse_temperature", "suite_grid", "tool_grid"]
