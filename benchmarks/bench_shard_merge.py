@@ -23,7 +23,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from fieldeval.entries import benchmark_entries
+from fieldeval.run.entries import benchmark_entries
 from fieldeval.ontology import load_index
 from fieldeval.store import declared_columns, open_store
 from fieldeval.store.groups import merge_group

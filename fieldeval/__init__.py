@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fieldeval.benchmark import Benchmark, Chart, CliGroups, Dashboard, Metric, RunMeta, StoreColumns, get_benchmark, option
-from fieldeval.client import Completion, ModelClient, complete, completion_fields
+from fieldeval.calls.client import Completion, ModelClient, complete, completion_fields
 from fieldeval.errors import UsageError
-from fieldeval.failures import ModelCallError
+from fieldeval.calls.failures import ModelCallError
 from fieldeval.inputs import write_tsv
 
 __all__ = [

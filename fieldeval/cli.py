@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         if bench.register_cli is not None:
             bench.register_cli(groups)
     from fieldeval.service import register_cli as register_service_cli
-    from fieldeval.store_cli import register_cli
+    from fieldeval.store.cli import register_cli
 
-    from fieldeval.power import register_cli as register_power_cli
+    from fieldeval.stats.power import register_cli as register_power_cli
 
     register_cli(sub)
     register_power_cli(sub)

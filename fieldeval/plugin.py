@@ -1,6 +1,6 @@
 """The fieldeval pytest plugin: options, parametrisation, model calls, metric recording, report and store.
 
-One :class:`~fieldeval.session.EvalSession` per pytest session lives on the
+One :class:`~fieldeval.run.session.EvalSession` per pytest session lives on the
 config; eval items reach it through the ``client``, ``context`` and
 ``record`` fixtures. Rows travel to the controller in each item's
 ``user_properties`` (so they cross pytest-xdist), are aggregated per
@@ -24,11 +24,11 @@ import pytest
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
 from fieldeval.benchmark import benchmarks
 from fieldeval.errors import exit_on_usage_error
-from fieldeval.failures import ModelCallError
-from fieldeval.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.runfiles import RunFiles, trim_report
-from fieldeval.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
-from fieldeval.signals import Interrupts
+from fieldeval.calls.failures import ModelCallError
+from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
+from fieldeval.run.runfiles import RunFiles, trim_report
+from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
+from fieldeval.run.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
 SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
@@ -248,7 +248,7 @@ def _keep_matrix_job(config: pytest.Config, state: EvalSession, items: list[pyte
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Plan the progress counts, start the solvers of the eval items (see :mod:`fieldeval.pool`), and freeze
+    """Plan the progress counts, start the solvers of the eval items (see :mod:`fieldeval.calls.pool`), and freeze
     the collected objects.
 
     With many items, ``gc.freeze()`` moves everything collection built into the
@@ -324,7 +324,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.when == "call" and state.eval_items > state.trim_limit:
         item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
     if call.excinfo is not None and _tag(item) is not None:
-        from fieldeval.writable import full_disk_line, out_of_space
+        from fieldeval.run.writable import full_disk_line, out_of_space
 
         if out_of_space(call.excinfo.value):
             state.stop_for_full_disk(item.session, full_disk_line("the run's files", call.excinfo.value))
@@ -478,7 +478,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     written whole or not at all, and the run is stored if the store still takes it) or the store could
     not take the run (it is then kept for ``fieldeval runs push``).
     """
-    from fieldeval.writable import full_disk_line, out_of_space
+    from fieldeval.run.writable import full_disk_line, out_of_space
 
     if state.disk_full is not None:
         exitstatus = SAVE_FAILED
@@ -497,7 +497,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
         summary_md = state.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_md and state.has_results():
-            from fieldeval.summary import render_markdown
+            from fieldeval.run.summary import render_markdown
 
             with open(summary_md, "a", encoding="utf-8") as handle:
                 handle.write(render_markdown(state.payload()))
@@ -518,12 +518,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     state.end_progress(terminalreporter)
     if not state.has_results():
         return
-    from fieldeval.summary import gate_line, render_summary
+    from fieldeval.run.summary import gate_line, render_summary
 
     payload = state.payload()
     for line in render_summary(payload).splitlines():
         terminalreporter.write_line(line)
-    from fieldeval.epochs import epoch_lines
+    from fieldeval.stats.epochs import epoch_lines
 
     for line in epoch_lines(payload):
         terminalreporter.write_line(line)

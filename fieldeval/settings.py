@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_yaml
-from fieldeval.limits import ModelLimits
+from fieldeval.calls.limits import ModelLimits
 
 # USD per million tokens; extend or override under [tool.fieldeval.prices] or with --prices FILE.
 DEFAULT_PRICES: dict[str, dict[str, float]] = {

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fieldeval.benchmark import Benchmark, benchmarks
 from fieldeval.inputs import tsv_cell
-from fieldeval.cache import CachedResponse, ResponseCache, cache_key
+from fieldeval.calls.cache import CachedResponse, ResponseCache, cache_key
 from fieldeval.store import open_store
 from fieldeval.store.payload import storable
 from tests.ebs_project import SLOW_ARGS, make_slow_project

@@ -8,7 +8,7 @@ import multiprocessing
 import pytest
 import yaml
 
-from fieldeval.cache import CachedResponse, ResponseCache, cache_key
+from fieldeval.calls.cache import CachedResponse, ResponseCache, cache_key
 from tests.ebs_project import make_project, run
 
 
@@ -213,7 +213,7 @@ def test_item_cost_sums_every_call_of_the_item():
 
 def test_a_baselines_floor_does_not_gate_a_model_under_evaluation():
     # [tool.fieldeval.thresholds."ebs-baseline"] must not fail a run of another model
-    from fieldeval.gates import gate_results
+    from fieldeval.run.gates import gate_results
     from fieldeval.settings import load_thresholds
 
     gates = load_thresholds({"thresholds": {"ebs-baseline": {"ebs.ontology_score": 0.8}}}, [])

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fieldeval.failures import ModelCallError
-from fieldeval.pool import Board, SolverCrash, SolverPool
+from fieldeval.calls.failures import ModelCallError
+from fieldeval.calls.pool import Board, SolverCrash, SolverPool
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 from tests.ebs_project import _case
 from tests.mock_openai import STATS, extra_models_yaml, serve
@@ -166,7 +166,7 @@ def test_a_permanent_failure_ends_the_model_without_more_requests(http_project):
 
 _CLAIMER = """
 import sys, time
-from fieldeval.pool import Board
+from fieldeval.calls.pool import Board
 board = Board(sys.argv[1], lease_s=float(sys.argv[2]))
 assert board.claim("item", __import__("os").getpid())
 print("claimed", flush=True)
@@ -249,10 +249,10 @@ def test_a_crashing_solver_fails_its_item_with_the_traceback(tmp_path):
 
 
 def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
-    from fieldeval.limits import FileSlots
+    from fieldeval.calls.limits import FileSlots
 
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from fieldeval.limits import FileSlots\n"
+        "import sys, time; from pathlib import Path; from fieldeval.calls.limits import FileSlots\n"
         "s = FileSlots(Path(sys.argv[1]), 'all', 1); assert s.acquire(5) is not None\n"
         "print('held', flush=True); time.sleep(3600)"), str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert holder.stdout.readline().strip() == "held"
@@ -266,7 +266,7 @@ def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
 def test_llm_openai_sdk_clients_are_built_without_retries():
     import llm
 
-    from fieldeval.client import ModelClient
+    from fieldeval.calls.client import ModelClient
 
     model = ModelClient().model("gpt-4o-mini")
     assert llm.get_model("gpt-4o-mini").get_client("key").max_retries > 0  # the SDK's default, untouched elsewhere
@@ -279,7 +279,7 @@ def test_llm_openai_sdk_clients_are_built_without_retries():
 def test_a_cache_whose_rows_sit_in_its_wal_is_read_not_moved_aside(tmp_path):
     import shutil
 
-    from fieldeval.cache import CachedResponse, ResponseCache
+    from fieldeval.calls.cache import CachedResponse, ResponseCache
 
     live = ResponseCache(tmp_path / "live" / "responses.sqlite")
     for number in range(51):
@@ -296,7 +296,7 @@ def test_a_cache_whose_rows_sit_in_its_wal_is_read_not_moved_aside(tmp_path):
 
 
 def test_cache_puts_are_committed_in_groups_and_all_at_close(tmp_path):
-    from fieldeval.cache import CachedResponse, ResponseCache
+    from fieldeval.calls.cache import CachedResponse, ResponseCache
 
     cache = ResponseCache(tmp_path / "responses.sqlite")
     cache.FLUSH_S = 3600  # only the count or close commits
@@ -314,7 +314,7 @@ def test_a_lone_put_is_committed_by_the_timer_without_a_close(tmp_path):
     # a run whose next call hangs (or is killed) must not hold its last answer in memory only
     import time
 
-    from fieldeval.cache import CachedResponse, ResponseCache
+    from fieldeval.calls.cache import CachedResponse, ResponseCache
 
     cache = ResponseCache(tmp_path / "responses.sqlite")
     cache.FLUSH_S = 0.2

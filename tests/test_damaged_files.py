@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from fieldeval.cache import CachedResponse, ResponseCache, cache_key
+from fieldeval.calls.cache import CachedResponse, ResponseCache, cache_key
 from fieldeval.errors import UsageError
 from fieldeval.store import check_store
 from tests.ebs_project import ARGS, make_project, run

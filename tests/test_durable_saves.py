@@ -49,12 +49,12 @@ def pytest_runtest_teardown(item):
     if os.environ.get("INJECT_ENOSPC") and "case000" in item.nodeid:  # where no tmpfs can be mounted
         import errno
 
-        import fieldeval.progress
+        import fieldeval.run.progress
 
         def full(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        fieldeval.progress.write_atomic = full
+        fieldeval.run.progress.write_atomic = full
     if os.environ.get("FILL_DISK") and "case000" in item.nodeid:
         stat = os.statvfs(os.environ["FILL_DISK"])
         with open(os.path.join(os.environ["FILL_DISK"], "ballast"), "wb") as ballast:

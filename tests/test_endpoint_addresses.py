@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fieldeval.endpoints import check_endpoint
+from fieldeval.calls.endpoints import check_endpoint
 from fieldeval.errors import UsageError
 
 REFUSED_V4 = [ipaddress.ip_network(n) for n in ("169.254.0.0/16", "224.0.0.0/4", "0.0.0.0/8")]

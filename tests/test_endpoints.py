@@ -12,8 +12,9 @@ import llm
 import pytest
 
 import fieldeval
-from fieldeval import endpoints, store
-from fieldeval.endpoints import api_base, register_endpoints, registered_endpoints
+from fieldeval import store
+from fieldeval.calls import endpoints
+from fieldeval.calls.endpoints import api_base, register_endpoints, registered_endpoints
 from fieldeval.store import open_store
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
@@ -133,7 +134,7 @@ def test_endpoints_default_store_matches_the_store_module():
 
 def test_reading_a_sqlite_stores_endpoints_does_not_import_sqlalchemy(registered):
     # llm runs the register_models hook on every model lookup; SQLAlchemy takes a second to import
-    code = ("import sys; from fieldeval.endpoints import registered_endpoints; "
+    code = ("import sys; from fieldeval.calls.endpoints import registered_endpoints; "
             "names = [e[0] for e in registered_endpoints()]; "
             "print(names, 'sqlalchemy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

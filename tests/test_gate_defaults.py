@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fieldeval.entries import benchmark_entries
-from fieldeval.gates import gate_results
+from fieldeval.run.entries import benchmark_entries
+from fieldeval.run.gates import gate_results
 from fieldeval.settings import load_thresholds, tool_settings
 from tests.conftest import ROOT
 

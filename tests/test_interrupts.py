@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fieldeval.signals import Interrupts
+from fieldeval.run.signals import Interrupts
 from fieldeval.store import open_store
 from tests.ebs_project import SLOW_ARGS, make_slow_project
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from fieldeval.power import clustered_se, power_analysis
+from fieldeval.stats.power import clustered_se, power_analysis
 from fieldeval.stats import (
     Design,
     Estimator,

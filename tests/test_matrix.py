@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fieldeval.epochs import collapse_epochs, epoch_interval, variance_split
-from fieldeval.matrix import Combination, combinations
+from fieldeval.stats.epochs import collapse_epochs, epoch_interval, variance_split
+from fieldeval.run.matrix import Combination, combinations
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 
 pytest_plugins = ["pytester"]

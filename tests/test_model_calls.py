@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval.failures import PermanentCallError, TransientCallError, classify, retry_after
-from fieldeval.limits import share
+from fieldeval.calls.failures import PermanentCallError, TransientCallError, classify, retry_after
+from fieldeval.calls.limits import share
 from tests.calls_project import attempts, make_calls_project, max_in_flight, run_calls
 
 
@@ -129,7 +129,7 @@ def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
 
 def test_the_rpm_budget_is_shared_by_the_processes_of_a_session(tmp_path):
     # two workers' limits over one session folder draw on one bucket: the third call of 2 rpm must wait
-    from fieldeval.limits import CallLimits
+    from fieldeval.calls.limits import CallLimits
 
     first = CallLimits(rpm=2, worker=(0, 2), rate_dir=tmp_path)
     second = CallLimits(rpm=2, worker=(1, 2), rate_dir=tmp_path)

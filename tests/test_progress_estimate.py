@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fieldeval.progress import Progress
+from fieldeval.run.progress import Progress
 
 KEY = ("ebs", "m")
 

@@ -108,7 +108,7 @@ def _scored_rows(tiny_index, items: int) -> list[dict]:
 def test_four_shards_of_20k_items_merge_to_the_unsharded_run_without_copying_rows(tmp_path, tiny_index):
     import sqlalchemy as sa
 
-    from fieldeval.entries import benchmark_entries
+    from fieldeval.run.entries import benchmark_entries
     from fieldeval.errors import UsageError
     from fieldeval.store import declared_columns, open_store
     from fieldeval.store.groups import merge_group

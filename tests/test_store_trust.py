@@ -10,7 +10,7 @@ import pytest
 from fieldeval.cli import main
 from fieldeval.errors import UsageError
 from fieldeval.store import PartialRunError, check_store, open_store
-from fieldeval.summary import render_markdown, render_summary
+from fieldeval.run.summary import render_markdown, render_summary
 from tests.test_store_api import ebs_run
 
 NASTY = "bad[/]model|<script>alert(1)</script>"

@@ -34,7 +34,7 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 
 def parse_key_envs(entries: list[str], origin: str) -> dict[str, str | None]:
     """``VAR`` or ``VAR=URL`` entries as {VAR: bound endpoint or None}; a usage error naming a bad entry."""
-    from fieldeval.endpoints import check_endpoint
+    from fieldeval.calls.endpoints import check_endpoint
     from fieldeval.store.registration import KEY_ENV_NAME
 
     out: dict[str, str | None] = {}

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from fieldeval.endpoints import check_endpoint, check_key_binding, register_endpoint
+from fieldeval.calls.endpoints import check_endpoint, check_key_binding, register_endpoint
 from fieldeval.errors import UsageError
 from fieldeval.service import dashboard, views
 from fieldeval.store.compare import PartialRunError
@@ -194,7 +194,7 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
             host (a DNS-rebinding page, say) gets 400.
         key_envs: the keys (environment variables or ``llm keys`` aliases) a ``POST /api/models`` may name,
             each with the endpoint it is bound to, or None: only at endpoints the operator already
-            registered it with (:func:`fieldeval.endpoints.check_key_binding`).
+            registered it with (:func:`fieldeval.calls.endpoints.check_key_binding`).
 
     Returns:
         The FastAPI app; its lifespan starts the job runner and marks jobs a previous server left as interrupted.

@@ -122,7 +122,7 @@ def differences(store, base: str | None, run_ids: list[str]) -> dict[str, Any] |
     """Each run's paired differences against ``base`` (run - base, ci95), or None without a base."""
     if not base:
         return None
-    from fieldeval.paired import excludes_zero
+    from fieldeval.stats.paired import excludes_zero
     from fieldeval.stats import FEW_CLUSTERS
 
     try:

@@ -75,14 +75,14 @@ class Compare:
 
     def differences(self, base_run: str, run_ids: Sequence[str], *, cluster_by: str | None = None,
                     seed: int | None = None, resamples: int | None = None) -> dict[str, list]:
-        """Each run's paired differences against ``base_run`` (see :func:`fieldeval.paired.differences`).
+        """Each run's paired differences against ``base_run`` (see :func:`fieldeval.stats.paired.differences`).
 
         The seed, resamples and clustering default to the base run's settings.
 
         Returns:
             ``{"differences": [...], "notes": [one line per pairing that shares no or only some items]}``.
         """
-        from fieldeval.paired import differences
+        from fieldeval.stats.paired import differences
 
         settings = self.run_settings(base_run)
         base_rows = self.run_rows(base_run)

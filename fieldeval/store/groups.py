@@ -5,7 +5,7 @@ Each shard is a stored run with ``run_group``, ``shard_index`` (1-based) and
 unless the group's shards are exactly 1..N, all ``completed``, share their
 settings, hold disjoint items and together hold every planned item of the
 suite (``--allow-partial`` merges the rest as a ``partial`` run); then it re-aggregates the union of their
-stored rows with the same seeded bootstrap (:func:`fieldeval.entries.benchmark_entries`)
+stored rows with the same seeded bootstrap (:func:`fieldeval.run.entries.benchmark_entries`)
 and stores the result as one run with ``shard_index`` NULL. The merged run
 stores no rows of its own: its payload's ``run_group`` lists the shards with
 ``"rows": "shards"``, and the store reads a merged run's responses from them
@@ -165,7 +165,7 @@ def planned_items(settings: Mapping[str, Any]) -> dict[tuple[str, str], list[str
 def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mapping[str, Sequence[dict]],
                   errored: Sequence[tuple[str, str, str]] = ()) -> list[str]:
     """``bench model case`` of each planned item that no shard scored nor errored on, in suite order."""
-    from fieldeval.entries import case_key
+    from fieldeval.run.entries import case_key
 
     seen = {(bench, str(row.get("model")), case_key(row)) for bench, bench_rows in rows.items() for row in bench_rows}
     seen |= set(errored)
@@ -175,7 +175,7 @@ def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mappin
 
 def _errored_items(store: Store, shards: Sequence[Shard]) -> list[tuple[str, str, str]]:
     """(benchmark, model, case key) of the shards' errored items."""
-    from fieldeval.entries import case_key
+    from fieldeval.run.entries import case_key
 
     t = store.tables.evaluation_errors
     with store.engine.connect() as conn:
@@ -215,13 +215,13 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         >>> merge_group(store, "9876543210", tool_settings(Path.cwd())).run_id  # doctest: +SKIP
         'run_5d0c9e1a'
     """
-    from fieldeval.entries import benchmark_entries, by_nodeid
-    from fieldeval.gates import gate_results
-    from fieldeval.session import check_gate
+    from fieldeval.run.entries import benchmark_entries, by_nodeid
+    from fieldeval.run.gates import gate_results
+    from fieldeval.run.session import check_gate
     from fieldeval.settings import load_thresholds
 
-    from fieldeval.gates import error_gates
-    from fieldeval.paired import differences, regression_gates
+    from fieldeval.run.gates import error_gates
+    from fieldeval.stats.paired import differences, regression_gates
 
     shards, merged = _group_runs(store, name)
     count = check_shards(name, shards, merged, store.url, allow_partial=allow_partial)

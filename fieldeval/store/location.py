@@ -7,7 +7,7 @@ one upwards, holding ``pyproject.toml`` (or pytest's ``pytest.ini``,
 ``tox.ini``, ``setup.cfg``); else the topmost one holding ``conftest.py``;
 else the current folder.
 
-:mod:`fieldeval.endpoints` reads the store on every llm model lookup, so this
+:mod:`fieldeval.calls.endpoints` reads the store on every llm model lookup, so this
 module (and :mod:`fieldeval.store.registry`) must not import SQLAlchemy.
 """
 

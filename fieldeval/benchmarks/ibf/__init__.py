@@ -55,7 +55,7 @@ class IbfContext:
 
 def load(options: IbfOptions) -> IbfContext:
     """Check the options and the judge, and load the corpus."""
-    from fieldeval.client import resolve_model
+    from fieldeval.calls.client import resolve_model
 
     if options.max_tokens < 1:
         raise UsageError(f"--ibf-max-tokens {options.max_tokens}: must be at least 1")

@@ -122,7 +122,7 @@ def power_analysis(est: Estimator, design: Design, *, metric: str, difference: f
 def epoch_scale(rows: Sequence[dict], metric: str, epochs: int | None) -> tuple[float, str | None]:
     """The factor on the per-item variance for ``epochs`` answers per item instead of the run's, and the line
     that says so (None when the run has one answer per item and no ``--epochs`` was asked)."""
-    from fieldeval.epochs import group_epochs, has_epochs, variance_split
+    from fieldeval.stats.epochs import group_epochs, has_epochs, variance_split
 
     if epochs is not None and epochs < 1:
         raise UsageError(f"--epochs {epochs}: must be at least 1")
@@ -156,9 +156,9 @@ def _baseline_run(store: Any, bench: str, model: str) -> str:
 
 def _power_cli(args: argparse.Namespace) -> int:
     from fieldeval.benchmark import get_benchmark
-    from fieldeval.entries import by_nodeid, without_clusters
-    from fieldeval.epochs import collapse_epochs, has_epochs
-    from fieldeval.store_cli import _store
+    from fieldeval.run.entries import by_nodeid, without_clusters
+    from fieldeval.stats.epochs import collapse_epochs, has_epochs
+    from fieldeval.store.cli import _store
 
     bench = get_benchmark(args.bench)
     if not args.difference > 0:
@@ -201,7 +201,7 @@ def _power_cli(args: argparse.Namespace) -> int:
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     """Add ``fieldeval power BENCH --difference D [--from-run RUN] [--metric M]``."""
-    from fieldeval.store_cli import _add_store
+    from fieldeval.store.cli import _add_store
 
     power = sub.add_parser(
         "power", help="items and clusters needed to detect a paired difference with 80%% power at alpha 0.05")

@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
-from fieldeval.client import ModelClient, resolve_model
-from fieldeval.entries import benchmark_entries, by_nodeid
+from fieldeval.calls.client import ModelClient, resolve_model
+from fieldeval.run.entries import benchmark_entries, by_nodeid
 from fieldeval.errors import UsageError, exit_on_usage_error
-from fieldeval.failures import failure_class
-from fieldeval.gates import check_gate, error_gates, gate_results
-from fieldeval.limits import CallLimits
-from fieldeval.options import EngineOptions
-from fieldeval.paired import regression_gates
-from fieldeval.progress import Progress
-from fieldeval.runfiles import trim_limit
+from fieldeval.calls.failures import failure_class
+from fieldeval.run.gates import check_gate, error_gates, gate_results
+from fieldeval.calls.limits import CallLimits
+from fieldeval.run.options import EngineOptions
+from fieldeval.stats.paired import regression_gates
+from fieldeval.run.progress import Progress
+from fieldeval.run.runfiles import trim_limit
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
 ROW_KEY = "fieldeval.row"
@@ -85,7 +85,7 @@ class EvalSession:
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
               selected: list[str], session_dir: Path | None, worker: tuple[int, int]) -> EvalSession:
         """The session for parsed options: its client (cache for eval runs only), prices, limits and gates."""
-        from fieldeval.cache import ResponseCache
+        from fieldeval.calls.cache import ResponseCache
 
         tool = tool_settings(config.rootpath)  # pyproject.toml is read once
         cache = None
@@ -96,7 +96,7 @@ class EvalSession:
         client = ModelClient(retries=options.retries, call_timeout=options.call_timeout, cache_mode=options.cache,
                              cache=cache, prices=load_prices(tool, options.prices), limits=limits)
         if session_dir is not None:
-            from fieldeval.pool import Board
+            from fieldeval.calls.pool import Board
 
             client = client.with_board(Board(session_dir / "board.sqlite"))
         gates = load_thresholds(tool, options.fail_under)
@@ -122,15 +122,15 @@ class EvalSession:
 
     def models_for(self, name: str) -> list[str]:
         """The models a benchmark's items run against: ``--model`` values, else its offline baseline; with
-        ``--matrix``, ``--temperature`` or ``--epochs``, the :class:`~fieldeval.matrix.Combination` s."""
+        ``--matrix``, ``--temperature`` or ``--epochs``, the :class:`~fieldeval.run.matrix.Combination` s."""
         if self.options.designed:
             return list(self.design(name))
         return list(dict.fromkeys(self.options.models or [self.benchmark(name).baseline]))
 
     def design(self, name: str) -> list:
-        """The benchmark's combinations: the matrix (``--matrix``: the suite's, else ``[tool.fieldeval.matrix]``)
+        """The benchmark's combinations: the matrix (``--matrix``: the suite's, else ``[tool.fieldeval.run.matrix]``)
         with ``--model`` and ``--temperature`` overriding its lists, each repeated ``--epochs`` times."""
-        from fieldeval.matrix import check_options, combinations, suite_grid, tool_grid
+        from fieldeval.run.matrix import check_options, combinations, suite_grid, tool_grid
 
         if name not in self._designs:
             grid: dict[str, list] = {}
@@ -249,7 +249,7 @@ class EvalSession:
     def resumed_items(self) -> set[tuple]:
         """(benchmark, model, case key) of every item the resumed run scored, and the epoch of a repeated one:
         these are not run again."""
-        from fieldeval.entries import case_key
+        from fieldeval.run.entries import case_key
 
         return {(bench, str(row["model"]), case_key(row), *((row["epoch"],) if row.get("epoch") is not None else ()))
                 for bench, rows in self.resumed_rows().items() for row in rows}
@@ -263,8 +263,8 @@ class EvalSession:
 
     def start_solvers(self, items: Sequence[pytest.Item]) -> None:
         """Plan every eval item whose module declares a solver on the session's board, and start this
-        process's share of the solver threads (see :mod:`fieldeval.pool`)."""
-        from fieldeval.pool import Board, SolverClient, SolverPool
+        process's share of the solver threads (see :mod:`fieldeval.calls.pool`)."""
+        from fieldeval.calls.pool import Board, SolverClient, SolverPool
 
         jobs: dict[str, Callable[[], Any]] = {}
         clients: dict[str, SolverClient] = {}
@@ -293,8 +293,8 @@ class EvalSession:
 
     def print_plan(self, items: Sequence[pytest.Item]) -> None:
         """``--collect-only`` of a matrix or repeated run: calls, estimated tokens and cost per combination
-        (see :mod:`fieldeval.plan`); nothing is sent."""
-        from fieldeval.plan import plan_costs, plan_lines
+        (see :mod:`fieldeval.run.plan`); nothing is sent."""
+        from fieldeval.run.plan import plan_costs, plan_lines
 
         jobs = []
         for item in items:
@@ -355,7 +355,7 @@ class EvalSession:
         """Commit the responses the cache holds in memory; a full disk is the session's one line, not a traceback."""
         import sqlite3
 
-        from fieldeval.writable import full_disk_line, out_of_space
+        from fieldeval.run.writable import full_disk_line, out_of_space
 
         cache = self.client.cache
         if cache is None:
@@ -412,7 +412,7 @@ class EvalSession:
         try:
             self.progress.write(self.options.progress_file)
         except OSError as error:
-            from fieldeval.writable import full_disk_line, out_of_space
+            from fieldeval.run.writable import full_disk_line, out_of_space
 
             if not out_of_space(error):
                 raise
@@ -430,7 +430,7 @@ class EvalSession:
         """Check every path the session will write, before any model call: one line and exit 2 if one is not
         writable (the reports folder, the JSON report, the progress file, the Markdown summary, the cache
         and a SQLite store)."""
-        from fieldeval.writable import check_outputs
+        from fieldeval.run.writable import check_outputs
 
         summary_md = self.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
         files: list[tuple[str, Any]] = [("--eval-report", report_path), ("--progress-file", self.options.progress_file),
@@ -594,7 +594,7 @@ class EvalSession:
 
     def baseline_comparison(self) -> dict:
         """``{"run", "differences", "notes"}``: this run against ``--baseline-run``, paired by case."""
-        from fieldeval.paired import differences
+        from fieldeval.stats.paired import differences
         from fieldeval.store import declared_columns, open_store
 
         url = self.store_url()
@@ -669,7 +669,7 @@ class EvalSession:
         url = self.store_url()
         if url is None:
             return None
-        from fieldeval.shards import run_group_meta
+        from fieldeval.run.shards import run_group_meta
         from fieldeval.store import declared_columns, open_store
         from fieldeval.store.pending import keep_unstored
         from fieldeval.store.url import database_errors, redact

@@ -123,10 +123,10 @@ def suite_grid(matrix: Mapping[str, Any] | None) -> dict[str, list[Any]]:
 
 
 def tool_grid(tool: Mapping[str, Any], bench: str) -> dict[str, list[Any]]:
-    """``[tool.fieldeval.matrix.<bench>]``, else the plain keys of ``[tool.fieldeval.matrix]``."""
+    """``[tool.fieldeval.run.matrix.<bench>]``, else the plain keys of ``[tool.fieldeval.run.matrix]``."""
     section = tool.get("matrix") or {}
     if not isinstance(section, Mapping):
-        raise UsageError("[tool.fieldeval.matrix] in pyproject.toml: not a table; write e.g. "
+        raise UsageError("[tool.fieldeval.run.matrix] in pyproject.toml: not a table; write e.g. "
                          "model = [\"gpt-4o-mini\"] and temperature = [0.0, 0.7]")
     own = section.get(bench)
     chosen = own if isinstance(own, Mapping) else {k: v for k, v in section.items() if not isinstance(v, Mapping)}
@@ -135,7 +135,7 @@ def tool_grid(tool: Mapping[str, Any], bench: str) -> dict[str, list[Any]]:
 
 def check_options(cells: Iterable[Combination]) -> None:
     """Each combination's hyperparameters other than ``temperature`` must be options its llm model accepts."""
-    from fieldeval.client import resolve_model
+    from fieldeval.calls.client import resolve_model
 
     seen: set[tuple[str, str]] = set()
     for cell in cells:

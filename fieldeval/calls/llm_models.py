@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import llm
 
-from fieldeval.endpoints import register_endpoints
+from fieldeval.calls.endpoints import register_endpoints
 
 
 @llm.hookimpl

@@ -1,6 +1,6 @@
 """Paired comparisons of two runs, and the regression gate built on them.
 
-Two runs of one benchmark are paired by case (:func:`fieldeval.entries.case_key`):
+Two runs of one benchmark are paired by case (:func:`fieldeval.run.entries.case_key`):
 each headline metric's difference (run - base) is computed on the shared items,
 and its ci95 resamples the same clusters for both runs, so the interval is the
 difference's own (Miller, "Adding Error Bars to Evals", arXiv:2411.00640,
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fieldeval.benchmark import benchmarks
-from fieldeval.entries import by_nodeid, case_key, without_clusters
+from fieldeval.run.entries import by_nodeid, case_key, without_clusters
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Design, paired_difference
 
 Rows = Mapping[str, Sequence[dict]]  # rows by benchmark
@@ -23,7 +23,7 @@ Rows = Mapping[str, Sequence[dict]]  # rows by benchmark
 def _by_model(rows: Sequence[dict]) -> dict[str, dict[str, dict]]:
     """``{model: {case key: row}}`` in node-id order; an item's repeated samples (``--epochs``) as one row, the
     mean of its answers."""
-    from fieldeval.epochs import collapse_epochs, has_epochs
+    from fieldeval.stats.epochs import collapse_epochs, has_epochs
 
     grouped: dict[str, list[dict]] = defaultdict(list)
     for row in by_nodeid(rows):

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fieldeval.benchmark import Benchmark, get_benchmark
-from fieldeval.epochs import collapse_epochs, epoch_summary, has_epochs
-from fieldeval.totals import model_totals
+from fieldeval.stats.epochs import collapse_epochs, epoch_summary, has_epochs
+from fieldeval.run.totals import model_totals
 
 
 def by_nodeid(rows: Iterable[Mapping[str, Any]]) -> list[dict]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-    from fieldeval.session import EvalSession
+    from fieldeval.run.session import EvalSession
 
 RUN_GROUP_ENV = "GITHUB_RUN_ID"
 

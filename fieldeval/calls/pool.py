@@ -15,7 +15,7 @@ of the session shares: one row per item (its pytest node id) that is
 models that failed permanently; and the stop flag. Each process runs a
 :class:`SolverPool` of daemon threads that claim the next planned row,
 whoever's item it is; the calls themselves are bounded session-wide by the
-slots of :mod:`fieldeval.limits`. An item whose row is not done waits for it
+slots of :mod:`fieldeval.calls.limits`. An item whose row is not done waits for it
 only while its owner is alive and its lease is fresh (a heartbeat renews it);
 a planned row it claims and solves itself, and a row whose owner died or
 went silent it takes over. So a dead worker never blocks another, and every
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fieldeval.failures import ModelCallError
+from fieldeval.calls.failures import ModelCallError
 
 LEASE_S = 30.0
 POLL_MIN_S = 0.002

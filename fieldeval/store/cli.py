@@ -165,7 +165,7 @@ def _runs_compare(args: argparse.Namespace) -> int:
     console = _console()
     console.print(table)
     if payload["differences"]:
-        from fieldeval.summary import format_difference
+        from fieldeval.run.summary import format_difference
 
         diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base, ci95; "
                                         "* the interval excludes 0)"), title_justify="left")
@@ -185,7 +185,7 @@ def _runs_merge(args: argparse.Namespace) -> int:
     from fieldeval.settings import tool_settings
     from fieldeval.store.location import project_root
     from fieldeval.store.groups import merge_group
-    from fieldeval.summary import gate_line, render_markdown, render_summary
+    from fieldeval.run.summary import gate_line, render_markdown, render_summary
 
     from fieldeval.errors import UsageError
 
@@ -217,7 +217,7 @@ def _runs_push(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fieldeval.errors import UsageError
-    from fieldeval.options import RUN_ID
+    from fieldeval.run.options import RUN_ID
     from fieldeval.store.pending import RUNS_DIR, UNSTORED_FILE, push, read_unstored
 
     if not RUN_ID.fullmatch(args.run_id):
@@ -238,7 +238,7 @@ def _runs_delete(args: argparse.Namespace) -> int:
 
 
 def _models_add(args: argparse.Namespace) -> int:
-    from fieldeval.endpoints import check_endpoint, register_endpoint
+    from fieldeval.calls.endpoints import check_endpoint, register_endpoint
 
     check_endpoint(args.endpoint)  # before a store is created for it
     with _store(args, create=True) as store:

@@ -36,7 +36,7 @@ def format_metric(entry: dict | None) -> str:
 
 def format_difference(diff: dict) -> str:
     """``+0.042 (-0.010 to +0.090)`` for a paired difference, ``*`` when the interval excludes 0."""
-    from fieldeval.paired import excludes_zero
+    from fieldeval.stats.paired import excludes_zero
 
     if diff.get("value") is None:
         return "-"
@@ -71,7 +71,7 @@ def gate_line(gate: dict) -> str:
     """One line per gate result, passed or failed, e.g. ``passed gate ebs.ontology_score for m: lower value 0.842 >= 0.8``."""
     head = f"gate {gate['metric']} for {gate['model']}"
     if gate["gate_on"] == "baseline":
-        from fieldeval.paired import regression_line
+        from fieldeval.stats.paired import regression_line
 
         if not gate["passed"]:
             return regression_line(gate)
@@ -139,7 +139,7 @@ def render_markdown(payload: dict) -> str:
         notes = few_cluster_notes(name, models)
         if notes:
             lines += [f"> {markdown_cell(note)}" for note in notes] + [""]
-    from fieldeval.epochs import epoch_lines
+    from fieldeval.stats.epochs import epoch_lines
 
     repeats = epoch_lines(payload)
     if repeats:

@@ -1,7 +1,7 @@
 """Every model call goes through a :class:`ModelClient`: cache, limits, timeouts, classified retries, cost.
 
 The pytest plugin builds one client per process and hands it to the
-benchmarks' solvers (:mod:`fieldeval.pool`); :func:`fieldeval.complete` uses
+benchmarks' solvers (:mod:`fieldeval.calls.pool`); :func:`fieldeval.complete` uses
 a plain client for scripts. A call is:
 
     stop or dead-model check -> response cache -> session slot (shared by every process)
@@ -15,7 +15,7 @@ model runs in a thread; a call past ``call_timeout`` fails at once but keeps
 its slot until the thread ends, so the bound stays true.
 
 Retries happen here and nowhere else: ``retries`` N means at most N+1 requests.
-Failures are classified (:mod:`fieldeval.failures`): transient ones (and
+Failures are classified (:mod:`fieldeval.calls.failures`): transient ones (and
 invalid replies) are retried with exponential backoff and jitter (tenacity),
 honouring Retry-After; a permanent one is never retried, and ends that
 model's remaining calls at once.
@@ -33,10 +33,10 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from fieldeval.cache import CachedResponse, CacheMode, ResponseCache, cache_key
+from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from fieldeval.errors import UsageError
-from fieldeval.failures import InvalidReplyError, ModelCallError, PermanentCallError, TransientCallError, classify
-from fieldeval.limits import CallLimits
+from fieldeval.calls.failures import InvalidReplyError, ModelCallError, PermanentCallError, TransientCallError, classify
+from fieldeval.calls.limits import CallLimits
 
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
@@ -258,7 +258,7 @@ class ModelClient:
         cache: the response cache, or None.
         prices: model id -> {"input_per_mtok": USD, "output_per_mtok": USD}.
         limits: concurrency slots and rate limits, shared with the session's other processes.
-        board: the session's shared board (:class:`fieldeval.pool.Board`): stop flag and dead models.
+        board: the session's shared board (:class:`fieldeval.calls.pool.Board`): stop flag and dead models.
     """
 
     retries: int = DEFAULT_RETRIES
@@ -286,7 +286,7 @@ class ModelClient:
                 max_tokens: int | None = None, schema: dict | None = None) -> Request:
         """Resolve a call: the llm model, the options it accepts, the schema when it supports one.
 
-        A matrix cell (:class:`fieldeval.matrix.Combination`) in place of a model id sets the model, its
+        A matrix cell (:class:`fieldeval.run.matrix.Combination`) in place of a model id sets the model, its
         temperature and other options, and the epoch.
         """
         extra: dict[str, Any] = {}

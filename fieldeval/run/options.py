@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldeval.benchmark import benchmarks, option
-from fieldeval.cache import CACHE_MODES
-from fieldeval.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_RETRIES
+from fieldeval.calls.cache import CACHE_MODES
+from fieldeval.calls.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_RETRIES
 from fieldeval.errors import UsageError
-from fieldeval.limits import DEFAULT_CONCURRENCY
+from fieldeval.calls.limits import DEFAULT_CONCURRENCY
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 DEFAULT_REPORT = "reports/report.json"
@@ -35,7 +35,7 @@ class EngineOptions:
         help="llm model id or alias to evaluate; repeat for several (default: the benchmark's offline baseline)"))
     matrix: bool = field(default=False, metadata=option(
         "--matrix", help="run every combination of the suite's matrix: its models and hyperparameters (EBS suites; "
-                         "other benchmarks: [tool.fieldeval.matrix]); --model and --temperature override its lists"))
+                         "other benchmarks: [tool.fieldeval.run.matrix]); --model and --temperature override its lists"))
     temperatures: tuple[str, ...] = field(default=(), metadata=option(
         "--temperature", metavar="T",
         help="sampling temperature to run every model at; repeat for several (overrides the matrix's list)"))
@@ -113,7 +113,7 @@ class EngineOptions:
     @property
     def temperature_values(self) -> tuple[float, ...]:
         """``--temperature`` values as numbers, in order, once each."""
-        from fieldeval.matrix import parse_temperature
+        from fieldeval.run.matrix import parse_temperature
 
         return tuple(dict.fromkeys(parse_temperature(t) for t in self.temperatures))
 
@@ -129,7 +129,7 @@ class EngineOptions:
                                    ("--matrix-job", self.matrix_job, 1)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
-        from fieldeval.matrix import parse_temperature
+        from fieldeval.run.matrix import parse_temperature
 
         for text in self.temperatures:
             parse_temperature(text)

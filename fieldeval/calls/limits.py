@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fieldeval.failures import TransientCallError
+from fieldeval.calls.failures import TransientCallError
 
 DEFAULT_CONCURRENCY = 16
 POLL_MIN_S = 0.002
