@@ -14,7 +14,7 @@ import secrets
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -268,13 +268,7 @@ class EvalSession:
 
         jobs: dict[str, Callable[[], Any]] = {}
         clients: dict[str, SolverClient] = {}
-        for item in items:
-            marker = item.get_closest_marker(MARKER)
-            solver = marker.kwargs.get("solver") if marker is not None else None
-            callspec = getattr(item, "callspec", None)
-            if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
-                continue
-            name = marker.kwargs["benchmark"]
+        for item, name, solver, callspec in _solver_items(items):
             if name not in clients:
                 clients[name] = SolverClient(self.client, self.context(name))
             jobs[item.nodeid] = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"],
@@ -286,7 +280,7 @@ class EvalSession:
             board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
         self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency())
         if self.config.option.collectonly:
-            if self.options.designed and not hasattr(self.config, "workerinput"):
+            if self.options.designed and not hasattr(self.config, "workerinput"):  # the controller prints it
                 self.print_plan(items)
             return
         self._pool.start()
@@ -297,13 +291,7 @@ class EvalSession:
         from fieldeval.run.plan import plan_costs, plan_lines
 
         jobs = []
-        for item in items:
-            marker = item.get_closest_marker(MARKER)
-            solver = marker.kwargs.get("solver") if marker is not None else None
-            callspec = getattr(item, "callspec", None)
-            if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
-                continue
-            name = marker.kwargs["benchmark"]
+        for _item, name, solver, callspec in _solver_items(items):
             model = callspec.params["model"]
             solve = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"], model)
             jobs.append((name, str(model), solve, self.context(name)))
@@ -741,3 +729,14 @@ def _solve_at(solver: Callable[..., Any], cases: Any, position: Any, model: str,
     """Run ``solver`` on the case at ``position`` (read when the solver runs, not when it is planned)."""
     case = cases[position] if isinstance(position, int) and not isinstance(position, bool) else position
     return solver(case, model, client)
+
+
+def _solver_items(items: Sequence[pytest.Item]) -> Iterator[tuple[pytest.Item, str, Callable[..., Any], Any]]:
+    """(item, benchmark, solver, callspec) of every eval item whose module declares a solver."""
+    for item in items:
+        marker = item.get_closest_marker(MARKER)
+        solver = marker.kwargs.get("solver") if marker is not None else None
+        callspec = getattr(item, "callspec", None)
+        if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:
+            continue
+        yield item, marker.kwargs["benchmark"], solver, callspec
