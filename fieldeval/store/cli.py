@@ -208,8 +208,8 @@ def _runs_merge(args: argparse.Namespace) -> int:
     else:
         print(f"merged {len(merged.shards)} shards of run group {args.group} into {merged.run_id}")
         print(render_summary(merged.payload), end="")
-    for gate in merged.payload["gates"]:
-        print(gate_line(gate), file=sys.stdout if gate["passed"] else sys.stderr)
+    for gate in merged.payload["gates"]:  # with --json, stdout holds the JSON alone
+        print(gate_line(gate), file=sys.stdout if gate["passed"] and run is None else sys.stderr)
     return 0 if merged.gates_passed else 1
 
 
