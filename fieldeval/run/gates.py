@@ -18,6 +18,15 @@ def check_gate(gate: Gate) -> None:
                          f"{metric.low:g} and {metric.high:g}")
 
 
+def check_gate_options(max_errors: int | None, tolerance: float) -> None:
+    """``--max-errors`` and ``--regression-tolerance`` as pytest and ``runs merge`` take them (a usage error if not)."""
+    if max_errors is not None and max_errors < 0:
+        raise UsageError(f"--max-errors {max_errors}: must be at least 0")
+    if not tolerance >= 0:
+        raise UsageError(f"--regression-tolerance {tolerance:g}: must be 0 or more "
+                         "(a tolerated drop, in the metric's units)")
+
+
 def get_benchmark_for_gate(gate: Gate) -> Benchmark:
     """The gate's benchmark; a usage error naming the installed ones when absent."""
     known = benchmarks()
@@ -78,4 +87,4 @@ def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
              "reason": f"the run is partial: {errors} of {planned} planned items errored or missing ({allow})"}]
 
 
-__all__ = ["check_gate", "error_gates", "gate_results", "get_benchmark_for_gate"]
+__all__ = ["check_gate", "check_gate_options", "error_gates", "gate_results", "get_benchmark_for_gate"]

@@ -133,11 +133,9 @@ class EngineOptions:
 
         for text in self.temperatures:
             parse_temperature(text)
-        if self.max_errors is not None and self.max_errors < 0:
-            raise UsageError(f"--max-errors {self.max_errors}: must be at least 0")
-        if not self.regression_tolerance >= 0:
-            raise UsageError(f"--regression-tolerance {self.regression_tolerance:g}: must be 0 or more "
-                             "(a tolerated drop, in the metric's units)")
+        from fieldeval.run.gates import check_gate_options
+
+        check_gate_options(self.max_errors, self.regression_tolerance)
         if self.resume and self.run_id and self.resume != self.run_id:
             raise UsageError(f"--resume {self.resume} with --run-id {self.run_id}: a resumed run keeps its id; "
                              "drop --run-id")

@@ -187,13 +187,9 @@ def _runs_merge(args: argparse.Namespace) -> int:
     from fieldeval.store.groups import merge_group
     from fieldeval.run.summary import gate_line, render_markdown, render_summary
 
-    from fieldeval.errors import UsageError
+    from fieldeval.run.gates import check_gate_options
 
-    if args.max_errors is not None and args.max_errors < 0:
-        raise UsageError(f"--max-errors {args.max_errors}: must be at least 0")
-    if not args.regression_tolerance >= 0:
-        raise UsageError(f"--regression-tolerance {args.regression_tolerance:g}: must be 0 or more "
-                         "(a tolerated drop, in the metric's units)")
+    check_gate_options(args.max_errors, args.regression_tolerance)
     tool = tool_settings(project_root())  # the thresholds of the project the command runs in
     with _store(args) as store:
         merged = merge_group(store, args.group, tool, allow_partial=args.allow_partial, max_errors=args.max_errors,
