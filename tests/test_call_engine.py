@@ -107,7 +107,11 @@ def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, worke
 
 
 def test_maxfail_1_stops_spending(http_project):
-    STATS.reset(0.2)
+    # 1 s answers (a busy machine's delay in reporting the failure stays inside one round), and a teardown
+    # that takes 4 s keeps the session from ending: calls stopped only at the session's end would go on
+    STATS.reset(1.0)
+    (http_project.path / "conftest.py").write_text(
+        "import time\n\n\ndef pytest_runtest_teardown(item):\n    time.sleep(4)\n")
     result, _ = _run(http_project, "mock-500", 100, "--retries", "0", "--concurrency", "4", "--maxfail", "1",
                      "-n", "0", "--cache", "off")
     outcomes = result.parseoutcomes()
