@@ -26,6 +26,7 @@ from fieldeval.benchmark import benchmarks
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
+from fieldeval.run.lean import ReportReleaser, slim_items
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -130,6 +131,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
+    if not worker:
+        config.pluginmanager.register(ReportReleaser(config, state), "fieldeval-lean")
     config.stash[_SIGNALS] = interrupts = Interrupts(on_signal=lambda name: state.stop_calls(name))
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
@@ -266,6 +269,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _lighten_json_report(session.config)
     state.start_solvers(eval_items)
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
+        slim_items(session.items)
         gc.freeze()
 
 
@@ -310,7 +314,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tag eval items with their benchmark and model so failures are counted per model."""
     tag = _tag(item)
     if tag is not None:
-        item.user_properties.append((ITEM_KEY, json.dumps({"benchmark": tag[0], "model": tag[1]})))
+        item.user_properties.append(eval_session(item.config).item_property(tag))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -323,6 +327,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = eval_session(item.config)
     if call.when == "call" and state.eval_items > state.trim_limit:
         item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
+    elif call.when == "teardown" and state.eval_items > state.trim_limit:
+        item.user_properties.clear()  # the item is over: its last report holds what it recorded
     if call.excinfo is not None and _tag(item) is not None:
         from fieldeval.run.writable import full_disk_line, out_of_space
 
@@ -435,6 +441,9 @@ def pytest_sessionfinish(session: pytest.Session):
     interrupts.shield()
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    if state.eval_items >= FREEZE_ABOVE_ITEMS:
+        state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)
+        gc.freeze()
     state.finish(session.exitstatus)
     _drop_idle_hypothesis_plugin(session, state)
     payload = state.payload()
@@ -491,7 +500,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         if report is not None:
             report["exitcode"] = exitstatus
             report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
-            trim_report(report, state.eval_items)
+            trim_report(report, state.eval_items, state.released_entries)
             files.write_report(report, indent=config.option.json_report_indent)
         files.publish(tables)
         files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)

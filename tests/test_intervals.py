@@ -150,6 +150,19 @@ def test_weighted_statistics_equal_the_statistics_of_the_drawn_samples():
     assert mds_weights(matrix, counts) == pytest.approx(mds_batch(matrix[index]))
 
 
+def test_a_clustered_mean_from_cluster_sums_equals_the_mean_under_item_weights():
+    rng = np.random.default_rng(11)
+    clusters = tuple(rng.integers(0, 9, 400).tolist())
+    strata = tuple("ab"[c % 2] for c in clusters)
+    values = rng.random(400)
+    values[rng.random(400) < 0.1] = np.nan  # items where the metric is not defined
+    est = Estimator.mean([None if np.isnan(v) else v for v in values])
+    by_items = Estimator(est.data, lambda data, w: weighted_mean(data, w), est.defined)  # not the cluster-sum path
+    for design in (Design(clusters), Design(clusters, strata)):
+        fast, slow = estimate(est, design, resamples=300, seed=5), estimate(by_items, design, resamples=300, seed=5)
+        assert fast == slow and fast["ci95"][0] < fast["value"] < fast["ci95"][1]
+
+
 def test_one_cluster_has_no_interval():
     metric = mean_metric([1.0, 0.0, 1.0], design=Design(("s", "s", "s")))
     assert metric == {"value": pytest.approx(2 / 3, abs=1e-6), "ci95": [None, None], "n": 3, "n_clusters": 1}

@@ -82,6 +82,46 @@ def test_above_the_limit_the_report_keeps_only_items_that_did_not_pass(project, 
     assert len(rows) == trimmed["evals_rows"]["rows"] == 3
 
 
+def test_above_the_limit_passed_reports_are_let_go_of_and_still_counted(project, monkeypatch):
+    monkeypatch.setenv("FIELDEVAL_REPORT_TESTS_LIMIT", "2")
+    result, report = run(project, "--cache", "off")
+    result.stdout.fnmatch_lines(["*1 failed, 3 passed*"])  # pytest's own counts: the stand-ins count
+    assert report["summary"]["passed"] == 3 and report["summary"]["total"] == 4
+    kept = run(project, "--cache", "off", "-rA")[0]  # -rA reads every passed report: they are all kept
+    kept.stdout.fnmatch_lines(["PASSED evals/test_ebs.py::test_ebs[*", "*1 failed, 3 passed*"])
+    assert len([line for line in kept.outlines if line.startswith("PASSED evals/")]) == 3
+
+
+def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_fills(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from fieldeval.run import spool as spool_module
+
+    rows = [("ebs", f"t.py::t[c{n:03d}]", {"benchmark": "ebs", "n": n, "text": "tab\there \u2603"})
+            for n in (5, 1, 9, 3, 7, 0, 8, 2, 6, 4)]
+    real_write, writes = os.write, []
+
+    def write(fd, data):  # the fourth line finds the disk full after half of it went out
+        writes.append(data)
+        if len(writes) == 4:
+            real_write(fd, data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(spool_module.os, "write", write)
+    spool = spool_module.RowSpool(tmp_path)
+    for bench, nodeid, row in rows:
+        spool.add(bench, nodeid, json.dumps(row))
+    on_disk = (tmp_path / spool_module.SPOOL_FILE).read_text().splitlines()
+    assert len(on_disk) == 3 and all(line.endswith("}") for line in on_disk)  # no half line left behind
+    drained = spool.drain(dict)
+    assert [r["n"] for r in drained["ebs"]] == list(range(10))
+    assert [r["nodeid"] for r in drained["ebs"]] == sorted(nodeid for _, nodeid, _ in rows)
+    assert drained["ebs"][0]["text"] == "tab\there \u2603" and not spool and spool.drain(dict) == {}
+    assert not (tmp_path / spool_module.SPOOL_FILE).exists()
+
+
 def _scored_rows(tiny_index, items: int) -> list[dict]:
     import dataclasses
 

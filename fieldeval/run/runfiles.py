@@ -94,17 +94,18 @@ class RunFiles:
                 copy_atomic(report, self.report_path)
 
 
-def trim_report(report: dict, items: int) -> None:
+def trim_report(report: dict, items: int, released: int = 0) -> None:
     """Above :func:`trim_limit` eval items, keep only the per-test entries of items that did not pass.
 
-    The dropped counts go to ``report["trimmed"]``; the rows file holds every item's values.
+    The dropped counts go to ``report["trimmed"]``, with the ``released`` entries let go of while the
+    session ran (:mod:`fieldeval.run.lean`); the rows file holds every item's values.
     """
     limit = trim_limit()
     if items <= limit:
         return
     tests = report.get("tests") or []
     kept = [test for test in tests if test.get("outcome") != "passed"]
-    report["trimmed"] = {"tests": len(tests) - len(kept), "collectors": len(report.get("collectors") or []),
+    report["trimmed"] = {"tests": len(tests) - len(kept) + released, "collectors": len(report.get("collectors") or []),
                          "reason": f"more than {limit} eval items: every item's row is in evals_rows"}
     if "tests" in report:
         report["tests"] = kept

@@ -32,6 +32,7 @@ from fieldeval.run.options import EngineOptions
 from fieldeval.stats.paired import regression_gates
 from fieldeval.run.progress import Progress
 from fieldeval.run.runfiles import trim_limit
+from fieldeval.run.spool import RowSpool
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
 
 ROW_KEY = "fieldeval.row"
@@ -59,7 +60,8 @@ class EvalSession:
         self.run_id = options.run_id or options.resume or "run_" + secrets.token_hex(4)
         self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.rows: dict[str, list[dict]] = defaultdict(list)
+        self._rows: dict[str, list[dict]] = defaultdict(list)
+        self._spool = RowSpool(session_dir)  # only the controller takes rows
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -80,6 +82,8 @@ class EvalSession:
         self.tool: dict[str, Any] = {}  # [tool.fieldeval] of pyproject.toml
         self._designs: dict[str, tuple[list, list[str]]] = {}
         self.notices: list[str] = []  # one line each, printed once before the items run
+        self._item_properties: dict[tuple[str, str], tuple[str, str]] = {}
+        self.released_entries = 0  # passed items whose pytest-json-report entries were let go of (run.lean)
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -333,7 +337,8 @@ class EvalSession:
                 pass
 
     def close(self) -> None:
-        """Stop the solver threads and commit the cached responses."""
+        """Stop the solver threads, commit the cached responses and close the row spool."""
+        self._spool.close()
         if self._pool is not None:
             self._pool.stop()
         if self.client.cache is not None:
@@ -486,10 +491,8 @@ class EvalSession:
                                       **failure_class(report, props.get(ERROR_KEY))})
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
-                if name == ROW_KEY:
-                    row = self._shared(json.loads(value))
-                    row["nodeid"] = report.nodeid
-                    self.rows[row["benchmark"]].append(row)
+                if name == ROW_KEY:  # to the spool as its JSON text, parsed once at the end (run.spool)
+                    self._spool.add(key[0], report.nodeid, value)
         if report.when in ("call", "teardown") and self.eval_items > self.trim_limit:
             # the row is taken: neither the reports pytest keeps nor pytest-json-report hold a second copy of it
             report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
@@ -521,9 +524,26 @@ class EvalSession:
             reporter.write_line(f"fieldeval: {model} failed permanently, its remaining items are skipped: "
                                 f"{error['detail']}", red=True)
 
+    @property
+    def rows(self) -> dict[str, list[dict]]:
+        """Every recorded row by benchmark, in node id order: the items' rows wait in the session's spool
+        (:mod:`fieldeval.run.spool`) while it runs and are parsed here, once, when first read after new ones came."""
+        if self._spool:
+            for name, rows in self._spool.drain(self._shared).items():
+                self._rows[name].extend(rows)
+                self._rows[name].sort(key=_nodeid)  # after a --resume's stored rows, or rows parsed earlier
+        return self._rows
+
+    def item_property(self, tag: tuple[str, str]) -> tuple[str, str]:
+        """The ``user_properties`` entry that marks an eval item of (benchmark, model): one shared tuple each."""
+        found = self._item_properties.get(tag)
+        if found is None:
+            found = self._item_properties[tag] = (ITEM_KEY, json.dumps({"benchmark": tag[0], "model": str(tag[1])}))
+        return found
+
     def has_results(self) -> bool:
         """Whether any eval item reported."""
-        return bool(self.rows or self.errors)
+        return bool(self._rows or self._spool or self.errors)
 
     def ran_evals(self) -> bool:
         """Whether this session planned or ran eval items (and so writes a report and stores a run)."""
@@ -605,6 +625,9 @@ class EvalSession:
         """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
         if self.ran_evals():
             json_report["evals"] = self.payload()
+            from fieldeval.run.lean import restore_summary
+
+            restore_summary(json_report, self.released_entries)
 
     def reports_dir(self) -> Path:
         """The folder for scored tables."""
@@ -710,6 +733,10 @@ class EvalSession:
                 continue
             if reporter is not None:
                 reporter.write_line(f"fieldeval: stored {run.run_id}, kept by an earlier session")
+
+
+def _nodeid(row: dict) -> str:
+    return row["nodeid"]
 
 
 def _git_commit(root: Path) -> str | None:

@@ -15,6 +15,8 @@ same draws and numbers as before clusters existed.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from math import sqrt
@@ -60,6 +62,8 @@ class Design:
     def subset(self, mask: np.ndarray | Sequence[bool]) -> Design:
         """The design of the items where ``mask`` holds."""
         keep = np.asarray(mask, dtype=bool)
+        if keep.all():
+            return self
         pick = (lambda keys: None if keys is None else tuple(k for k, m in zip(keys, keep) if m))
         return Design(pick(self.clusters), pick(self.strata))
 
@@ -72,19 +76,28 @@ class Design:
         """``(stratum code, cluster code)`` per item; a cluster code is unique over strata."""
         if self.clusters is None:
             return np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-        strata = self.strata if self.strata is not None else (0,) * n
+        return self._codes
+
+    @functools.cached_property
+    def _codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(stratum code, cluster code) per item of a clustered design, computed once per design."""
+        strata = self.strata if self.strata is not None else (0,) * len(self.clusters)
         _, stratum_code = np.unique(np.array([str(s) for s in strata]), return_inverse=True)
         _, cluster_code = np.unique(np.array([f"{s}\x1f{c}" for s, c in zip(strata, self.clusters)]),
                                     return_inverse=True)
-        return stratum_code.astype(np.int64), cluster_code.astype(np.int64)
+        return stratum_code.astype(np.int64).ravel(), cluster_code.astype(np.int64).ravel()
 
     def n_clusters(self, n: int) -> int:
         """Clusters among ``n`` items (``n`` without clusters)."""
-        return n if self.clusters is None else len(set(zip(self.strata or (0,) * n, self.clusters)))
+        if self.clusters is None:
+            return n
+        return int(self._codes[1].max()) + 1 if len(self.clusters) else 0
 
     def n_strata(self, n: int) -> int:
         """Strata among ``n`` items (1 without strata)."""
-        return 1 if self.strata is None else len(set(self.strata))
+        if self.strata is None:
+            return 1
+        return int(self._codes[0].max()) + 1 if len(self.strata) else 0
 
     def weights(self, n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
         """A ``(resamples, n)`` matrix of item weights: how often each item is drawn in each resample.
@@ -100,21 +113,34 @@ class Design:
         """The rows of :meth:`weights` a block of resamples at a time (at most :data:`RESAMPLE_BLOCK_CELLS`
         cells each by default), so a large run never holds a ``(resamples, n)`` matrix; one block when it fits,
         which gives exactly :meth:`weights`."""
+        if self.clusters is None:
+            if block is None:
+                block = max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
+            rng = np.random.default_rng(seed)
+            for start in range(0, resamples, block):
+                k = min(block, resamples - start)
+                yield _counts(rng.integers(0, n, size=(k, n)), n).astype(float)
+            return
+        _, cluster = self.cells(n)
+        for per_cluster in self.cluster_weight_blocks(n, resamples=resamples, seed=seed, block=block):
+            yield per_cluster[:, cluster]
+
+    def cluster_weight_blocks(self, n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                              block: int | None = None) -> Iterator[np.ndarray]:
+        """The resample weights of a clustered design per cluster (columns: the cluster codes of :meth:`cells`),
+        in the blocks and from the draws of :meth:`weight_blocks`, which gives every item its cluster's weight."""
         if block is None:
             block = max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
         rng = np.random.default_rng(seed)
-        stratum, cluster = self.cells(n) if self.clusters is not None else (None, None)
+        stratum, cluster = self.cells(n)
         for start in range(0, resamples, block):
             k = min(block, resamples - start)
-            if self.clusters is None:
-                yield _counts(rng.integers(0, n, size=(k, n)), n).astype(float)
-                continue
             per_cluster = np.zeros((k, cluster.max() + 1 if n else 0))
             for s in range(stratum.max() + 1 if n else 0):
                 members = np.unique(cluster[stratum == s])
                 draws = rng.integers(0, len(members), size=(k, len(members)))
                 per_cluster[:, members] = _counts(draws, len(members))
-            yield per_cluster[:, cluster]
+            yield per_cluster
 
 
 def _counts(index: np.ndarray, n: int) -> np.ndarray:
@@ -204,7 +230,16 @@ def estimate(est: Estimator, design: Design = Design(), *, resamples: int = DEFA
     if n == 0:
         return metric(None, [None, None], 0, 0)
     point = float(est.statistic(data, np.ones((1, n)))[0])
-    boot = np.concatenate([est.statistic(data, w) for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
+    if est.statistic is weighted_mean and sub.clustered and not np.isnan(data).any():
+        # a mean under cluster weights is a ratio of cluster sums: (W @ sums) / (W @ sizes), the same resamples
+        # at G columns instead of n
+        cluster = sub.cells(n)[1]
+        sums, sizes = np.bincount(cluster, weights=data), np.bincount(cluster).astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot = np.concatenate([(w @ sums) / (w @ sizes) for w in sub.cluster_weight_blocks(
+                n, resamples=resamples, seed=seed)])
+    else:
+        boot = np.concatenate([est.statistic(data, w) for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
     return metric(_round(point), interval(point, boot, widening(sub, n), est.bounds), n, sub.n_clusters(n))
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from fieldeval.benchmark import StoreColumns
@@ -26,8 +27,30 @@ class FlatRun:
     run: dict[str, Any]
     benchmarks: list[dict[str, Any]]
     metrics: list[dict[str, Any]]
-    responses: list[dict[str, Any]]
+    responses: ResponseRows
     errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ResponseRows:
+    """A run's ``evaluation_responses`` rows, built and made storable a batch at a time: a run of 100,000
+    items never holds them all at once."""
+
+    make: Callable[[], Iterator[dict[str, Any]]]
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
+        """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, each batch through :func:`storable`."""
+        rows = self.make()
+        while batch := list(islice(rows, size or CHECK_CHUNK)):
+            yield storable(batch)
 
 
 def metric_entries(entry: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -244,10 +267,14 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     bench_rows = _benchmark_rows(run_id, bench_payload, rows_by_benchmark, meta)
     scored_at = meta.get("completed_at") or now
     response_columns = {name: None for declared in columns.values() for name in declared.response}
-    responses = [_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
-                               response_columns, scored_at)
-                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], [])
-                 if not meta.get("rows_from")]  # a merged run refers to its shards' stored rows
+    def response_rows() -> Iterator[dict[str, Any]]:
+        return (_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
+                              response_columns, scored_at)
+                for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], []))
+
+    # a merged run refers to its shards' stored rows
+    count = 0 if meta.get("rows_from") else sum(len(rows_by_benchmark.get(b["benchmark"], [])) for b in bench_rows)
+    responses = ResponseRows(response_rows if count else lambda: iter(()), count)
     versions = {r["corpus_version"] for r in bench_rows}
     hashes = {r["content_hash"] for r in bench_rows}
     ontology = payload.get("ontology_version")
@@ -277,4 +304,4 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         **_declared_run_values(bench_payload, columns),
     }
     return FlatRun(run_id, storable(run), storable(bench_rows), storable(_metric_rows(run_id, bench_payload)),
-                   storable(responses), storable(_error_rows(run_id, meta.get("errors"))))
+                   responses, storable(_error_rows(run_id, meta.get("errors"))))

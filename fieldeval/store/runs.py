@@ -149,8 +149,8 @@ class RunStore:
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
                 if flat.responses and not (meta or {}).get("rows_from"):
-                    for start in range(0, len(flat.responses), INSERT_BATCH):  # executemany, a batch at a time
-                        conn.execute(t.evaluation_responses.insert(), flat.responses[start:start + INSERT_BATCH])
+                    for batch in flat.responses.batches(INSERT_BATCH):  # executemany, a batch at a time
+                        conn.execute(t.evaluation_responses.insert(), batch)
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first

@@ -1,0 +1,121 @@
+"""What a large eval session lets go of, so its memory follows its collected items and not its finished ones.
+
+Above the report's trim limit (10,000 eval items), once an eval item passed:
+
+- pytest's terminal reporter keeps no :class:`~pytest.TestReport` of its setup
+  or teardown (they only counted towards nothing) and, for its call, one shared
+  :data:`PASSED` stand-in that still counts in the final ``N passed`` line;
+- pytest-json-report keeps no entry for it (``report.json`` would drop it
+  anyway); :func:`restore_summary` adds the dropped items back into the
+  report's ``summary`` counts.
+
+Reports of items that failed, errored or were skipped stay whole. Nothing is
+let go of when the user asked for passed reports (``-rp``, ``-rP``, ``-rA``)
+or for pytest-split's ``--store-durations``, which read them at the end.
+
+:func:`slim_items` lets every collected item go of the fixture request pytest
+builds for it at collection (pytest builds it again when the item runs and
+drops it after, as it does for every item).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from fieldeval.run.session import ITEM_KEY
+
+
+class _PassedStandIn:
+    """One object for every passed eval item's call report in the terminal reporter's counts."""
+
+    __slots__ = ()
+    count_towards_summary = True
+    when = "call"
+    outcome = "passed"
+    passed = True
+    failed = False
+    skipped = False
+    nodeid = ""
+    duration = 0.0
+    sections: tuple = ()
+
+    def __repr__(self) -> str:
+        return "<passed eval item (its report is not kept above the trim limit)>"
+
+
+PASSED = _PassedStandIn()
+
+
+def keeps_passed_reports(config: pytest.Config) -> bool:
+    """Whether something of this session reads passed reports at the end (``-rp/-rP/-rA``, ``--store-durations``)."""
+    chars = str(getattr(config.option, "reportchars", "") or "")
+    return bool({"p", "P", "A"} & set(chars)) or bool(getattr(config.option, "store_durations", False))
+
+
+def release_report(config: pytest.Config, report: pytest.TestReport) -> bool:
+    """Let go of a passed eval item's report once every plugin has seen it; True when its JSON entry went too.
+
+    Called after all ``pytest_runtest_logreport`` implementations ran, so the
+    report (the last one the terminal reporter added) is found at the end of its list.
+    """
+    if not report.passed:
+        return False
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", None)
+    if isinstance(stats, dict):
+        if report.when == "call":
+            bucket = stats.get("passed")
+            if bucket and bucket[-1] is report:
+                bucket[-1] = PASSED
+        else:
+            bucket = stats.get("")
+            if bucket and bucket[-1] is report:
+                bucket.pop()
+    if report.when != "teardown":
+        return False
+    tests = getattr(getattr(config, "_json_report", None), "_json_tests", None)
+    entry = tests.get(report.nodeid) if isinstance(tests, dict) else None
+    if entry is not None and entry.get("outcome") == "passed":
+        del tests[report.nodeid]
+        return True
+    return False
+
+
+class ReportReleaser:
+    """The plugin (controller only) that lets go of passed eval items' reports above the trim limit."""
+
+    def __init__(self, config: pytest.Config, state: Any) -> None:
+        self.config = config
+        self.state = state
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport):
+        result = yield  # every other plugin has seen the report
+        state = self.state
+        if (state.eval_items > state.trim_limit and any(key == ITEM_KEY for key, _ in report.user_properties)
+                and not keeps_passed_reports(self.config)):
+            state.released_entries += release_report(self.config, report)
+        return result
+
+
+def restore_summary(json_report: dict, dropped: int) -> None:
+    """Count the passed items whose JSON entries were let go of back into ``json_report["summary"]``."""
+    summary = json_report.get("summary")
+    if dropped and isinstance(summary, dict):
+        summary["passed"] = summary.get("passed", 0) + dropped
+        summary["total"] = summary.get("total", 0) + dropped
+
+
+def slim_items(items: Sequence[pytest.Item]) -> None:
+    """Drop the fixture request pytest builds for every item at collection; pytest makes it again when the
+    item runs, and drops it after, as it does for every item."""
+    for item in items:
+        if getattr(item, "_request", None) and getattr(item, "funcargs", None) == {}:
+            item._request = False
+            item.funcargs = None
+
+
+__all__ = ["PASSED", "ReportReleaser", "keeps_passed_reports", "release_report", "restore_summary", "slim_items"]
