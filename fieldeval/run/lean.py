@@ -3,7 +3,7 @@
 Above the report's trim limit (10,000 eval items), once an eval item passed:
 
 - pytest's terminal reporter keeps no :class:`~pytest.TestReport` of its setup
-  or teardown (they only counted towards nothing) and, for its call, one shared
+  or teardown (they count towards nothing) and, for its call, one shared
   :data:`PASSED` stand-in that still counts in the final ``N passed`` line;
 - pytest-json-report keeps no entry for it (``report.json`` would drop it
   anyway); :func:`restore_summary` adds the dropped items back into the
@@ -13,9 +13,9 @@ Reports of items that failed, errored or were skipped stay whole. Nothing is
 let go of when the user asked for passed reports (``-rp``, ``-rP``, ``-rA``)
 or for pytest-split's ``--store-durations``, which read them at the end.
 
-:func:`slim_items` lets every collected item go of the fixture request pytest
-builds for it at collection (pytest builds it again when the item runs and
-drops it after, as it does for every item).
+:func:`slim_items` drops the fixture request pytest builds for every collected
+item at collection (pytest builds it again when the item runs and drops it
+after, as it does for every item).
 """
 
 from __future__ import annotations
