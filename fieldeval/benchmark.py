@@ -267,6 +267,12 @@ def benchmarks() -> dict[str, Benchmark]:
     return found
 
 
+def case_ids(cases: Any) -> list[str]:
+    """Every case's pytest id, in order; without reading the cases where they can say (the EBS suite's
+    ``test_ids``)."""
+    return [str(i) for i in cases.test_ids()] if hasattr(cases, "test_ids") else [str(c.test_id) for c in cases]
+
+
 def get_benchmark(name: str) -> Benchmark:
     """The installed benchmark ``name``; a usage error naming the installed ones when absent."""
     known = benchmarks()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
-from fieldeval.benchmark import benchmarks
+from fieldeval.benchmark import benchmarks, case_ids
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
@@ -205,7 +205,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # the parameters are case positions, the ids the cases' own; the ``case`` fixture reads a case when its
         # item runs, so a process holds the cases of the items it runs, not the whole suite
         cases = bench.cases(state.context(bench.name))
-        ids = cases.test_ids() if hasattr(cases, "test_ids") else [case.test_id for case in cases]
+        ids = case_ids(cases)
         metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
         models = state.models_for(bench.name)

@@ -90,13 +90,14 @@ class ReportReleaser:
     def __init__(self, config: pytest.Config, state: Any) -> None:
         self.config = config
         self.state = state
+        self.releases = not keeps_passed_reports(config)  # the options are parsed before pytest_configure
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport):
         result = yield  # every other plugin has seen the report
         state = self.state
-        if (state.eval_items > state.trim_limit and any(key == ITEM_KEY for key, _ in report.user_properties)
-                and not keeps_passed_reports(self.config)):
+        if (self.releases and state.eval_items > state.trim_limit
+                and any(key == ITEM_KEY for key, _ in report.user_properties)):
             state.released_entries += release_report(self.config, report)
         return result
 

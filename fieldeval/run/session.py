@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -531,7 +532,7 @@ class EvalSession:
         if self._spool:
             for name, rows in self._spool.drain(self._shared).items():
                 self._rows[name].extend(rows)
-                self._rows[name].sort(key=_nodeid)  # after a --resume's stored rows, or rows parsed earlier
+                self._rows[name].sort(key=itemgetter("nodeid"))  # after a --resume's stored rows, or rows parsed earlier
         return self._rows
 
     def item_property(self, tag: tuple[str, str]) -> tuple[str, str]:
@@ -733,10 +734,6 @@ class EvalSession:
                 continue
             if reporter is not None:
                 reporter.write_line(f"fieldeval: stored {run.run_id}, kept by an earlier session")
-
-
-def _nodeid(row: dict) -> str:
-    return row["nodeid"]
 
 
 def _git_commit(root: Path) -> str | None:

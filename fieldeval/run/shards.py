@@ -15,6 +15,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from fieldeval.benchmark import case_ids
+
 if TYPE_CHECKING:
     import pytest
 
@@ -50,13 +52,8 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
         "fail_under": list(session.options.fail_under),
         "gate_on": session.options.gate_on,
         "cluster_by": session.options.cluster_by,
-        "cases": {name: _case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected},
+        "cases": {name: case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected},
     }, default=str))
-
-
-def _case_ids(cases: Any) -> list[str]:
-    """Every case's pytest id, without reading the cases where they can say (the EBS suite's ``test_ids``)."""
-    return [str(i) for i in cases.test_ids()] if hasattr(cases, "test_ids") else [str(c.test_id) for c in cases]
 
 
 def run_group_meta(session: EvalSession) -> dict[str, Any]:

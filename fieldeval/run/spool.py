@@ -14,6 +14,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from pathlib import Path
 
 SPOOL_FILE = "rows.spool"
@@ -65,7 +66,7 @@ class RowSpool:
             row["nodeid"] = nodeid
             out[benchmark].append(row)
         for rows in out.values():
-            rows.sort(key=_nodeid)
+            rows.sort(key=itemgetter("nodeid"))
         self.count = 0
         return dict(out)
 
@@ -87,10 +88,6 @@ class RowSpool:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _nodeid(row: dict) -> str:
-    return row["nodeid"]
 
 
 __all__ = ["SPOOL_FILE", "RowSpool"]

@@ -114,8 +114,7 @@ class Design:
         cells each by default), so a large run never holds a ``(resamples, n)`` matrix; one block when it fits,
         which gives exactly :meth:`weights`."""
         if self.clusters is None:
-            if block is None:
-                block = max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
+            block = _block(n, block)
             rng = np.random.default_rng(seed)
             for start in range(0, resamples, block):
                 k = min(block, resamples - start)
@@ -129,8 +128,7 @@ class Design:
                               block: int | None = None) -> Iterator[np.ndarray]:
         """The resample weights of a clustered design per cluster (columns: the cluster codes of :meth:`cells`),
         in the blocks and from the draws of :meth:`weight_blocks`, which gives every item its cluster's weight."""
-        if block is None:
-            block = max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
+        block = _block(n, block)
         rng = np.random.default_rng(seed)
         stratum, cluster = self.cells(n)
         for start in range(0, resamples, block):
@@ -141,6 +139,11 @@ class Design:
                 draws = rng.integers(0, len(members), size=(k, len(members)))
                 per_cluster[:, members] = _counts(draws, len(members))
             yield per_cluster
+
+
+def _block(n: int, block: int | None) -> int:
+    """Resamples drawn at once: ``block``, else as many as :data:`RESAMPLE_BLOCK_CELLS` cells of ``n`` items allow."""
+    return block if block is not None else max(1, RESAMPLE_BLOCK_CELLS // max(n, 1))
 
 
 def _counts(index: np.ndarray, n: int) -> np.ndarray:

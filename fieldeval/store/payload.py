@@ -42,10 +42,6 @@ class ResponseRows:
     def __len__(self) -> int:
         return self.count
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for batch in self.batches():
-            yield from batch
-
     def batches(self, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
         """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, each batch through :func:`storable`."""
         rows = self.make()
@@ -267,14 +263,16 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     bench_rows = _benchmark_rows(run_id, bench_payload, rows_by_benchmark, meta)
     scored_at = meta.get("completed_at") or now
     response_columns = {name: None for declared in columns.values() for name in declared.response}
+
     def response_rows() -> Iterator[dict[str, Any]]:
         return (_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
                               response_columns, scored_at)
                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], []))
 
-    # a merged run refers to its shards' stored rows
-    count = 0 if meta.get("rows_from") else sum(len(rows_by_benchmark.get(b["benchmark"], [])) for b in bench_rows)
-    responses = ResponseRows(response_rows if count else lambda: iter(()), count)
+    if meta.get("rows_from"):  # a merged run refers to its shards' stored rows
+        responses = ResponseRows(lambda: iter(()), 0)
+    else:
+        responses = ResponseRows(response_rows, sum(len(rows_by_benchmark.get(b["benchmark"], [])) for b in bench_rows))
     versions = {r["corpus_version"] for r in bench_rows}
     hashes = {r["content_hash"] for r in bench_rows}
     ontology = payload.get("ontology_version")
