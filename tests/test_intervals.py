@@ -163,6 +163,21 @@ def test_a_clustered_mean_from_cluster_sums_equals_the_mean_under_item_weights()
         assert fast == slow and fast["ci95"][0] < fast["value"] < fast["ci95"][1]
 
 
+def test_a_subset_design_draws_what_a_design_of_the_kept_items_draws():
+    rng = np.random.default_rng(12)
+    clusters = tuple(f"study {c}" for c in rng.integers(0, 12, 300))
+    strata = tuple("xyz"[int(c[-1]) % 3] for c in clusters)
+    keep = rng.random(300) < 0.6
+    keep &= ~np.isin(clusters, ["study 0", "study 5"])  # two clusters go whole: the others' codes close up
+    for full in (Design(clusters), Design(clusters, strata)):
+        picked = Design(tuple(c for c, k in zip(clusters, keep) if k),
+                        None if full.strata is None else tuple(s for s, k in zip(strata, keep) if k))
+        sub = full.subset(keep)
+        assert [c.tolist() for c in sub.cells(int(keep.sum()))] == [c.tolist() for c in picked.cells(int(keep.sum()))]
+        assert np.array_equal(sub.weights(int(keep.sum()), resamples=50, seed=3),
+                              picked.weights(int(keep.sum()), resamples=50, seed=3))
+
+
 def test_one_cluster_has_no_interval():
     metric = mean_metric([1.0, 0.0, 1.0], design=Design(("s", "s", "s")))
     assert metric == {"value": pytest.approx(2 / 3, abs=1e-6), "ci95": [None, None], "n": 3, "n_clusters": 1}

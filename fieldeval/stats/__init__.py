@@ -60,12 +60,17 @@ class Design:
         return cls(tuple(clusters), tuple(strata) if all(s is not None for s in strata) else None)
 
     def subset(self, mask: np.ndarray | Sequence[bool]) -> Design:
-        """The design of the items where ``mask`` holds."""
+        """The design of the items where ``mask`` holds (a clustered design's codes are carried over, renumbered,
+        not computed again from the keys)."""
         keep = np.asarray(mask, dtype=bool)
         if keep.all():
             return self
         pick = (lambda keys: None if keys is None else tuple(k for k, m in zip(keys, keep) if m))
-        return Design(pick(self.clusters), pick(self.strata))
+        sub = Design(pick(self.clusters), pick(self.strata))
+        if self.clusters is not None:  # codes are ranks of sorted keys: the kept ranks, renumbered, are the subset's
+            sub.__dict__["_codes"] = tuple(np.unique(codes[keep], return_inverse=True)[1].astype(np.int64).ravel()
+                                           for codes in self._codes)
+        return sub
 
     @property
     def clustered(self) -> bool:
@@ -162,13 +167,13 @@ def widening(design: Design, n: int) -> float:
     """How much a clustered percentile interval is widened: ``sqrt(G/(G-1)) * t(G-H) / z`` (1 without clusters)."""
     if not design.clustered:
         return 1.0
-    from scipy.stats import t
+    from scipy.special import stdtrit  # Student's t quantile: t.ppf's values, without importing scipy.stats
 
     clusters = design.n_clusters(n)
     df = clusters - design.n_strata(n)
     if df < 1:
         return float("nan")
-    return sqrt(clusters / (clusters - 1)) * float(t.ppf(0.975, df)) / Z_975
+    return sqrt(clusters / (clusters - 1)) * float(stdtrit(df, 0.975)) / Z_975
 
 
 def interval(point: float, boot: np.ndarray, factor: float,

@@ -43,10 +43,39 @@ class ResponseRows:
         return self.count
 
     def batches(self, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
-        """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, each batch through :func:`storable`."""
+        """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, each row :func:`storable` and its JSON
+        columns encoded once, as text (:data:`JSON_TEXT` names the parameters the insert reads them from)."""
         rows = self.make()
         while batch := list(islice(rows, size or CHECK_CHUNK)):
-            yield storable(batch)
+            yield [encoded_response(row) for row in batch]
+
+
+# the JSON columns of evaluation_responses, passed to the insert as their encoded text under these names
+JSON_TEXT = {"metrics": "metrics_text", "row_extra": "row_extra_text"}
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def encoded_response(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``evaluation_responses`` row as :func:`storable` makes it, its JSON columns as text (one encoding)."""
+    texts = {column: _encode(row[column]) for column in JSON_TEXT}
+    if not all(_clean_text(text) for text in texts.values()) or not all(
+            _clean_text(v) for v in row.values() if type(v) is str):
+        row = _storable(row)
+        texts = {column: _encode(row[column]) for column in JSON_TEXT}
+    out = {k: v for k, v in row.items() if k not in JSON_TEXT}
+    out.update((JSON_TEXT[column], text) for column, text in texts.items())
+    return out
+
+
+def _clean_text(text: str) -> bool:
+    """Whether a string (or a JSON text, which writes NUL as ``\\u0000``) is free of NUL and lone surrogates."""
+    if "\x00" in text or "\\u0000" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def metric_entries(entry: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Mapping[str, Any]]]:

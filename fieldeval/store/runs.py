@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
-from fieldeval.store.payload import flatten_run, metric_entries
+from fieldeval.store.payload import JSON_TEXT, flatten_run, metric_entries
 from fieldeval.store.schema import Tables, iso
 
 
@@ -93,6 +93,16 @@ def legacy_versions(conn: Connection, tables: Tables) -> set[tuple[str, str]]:
     return {(bench, version) for bench, version, _ in pairs if newest[bench][1] != version}
 
 
+def _responses_insert(table: sa.Table, dialect: str) -> sa.Insert:
+    """The insert of ``evaluation_responses`` rows whose JSON columns come already encoded (``JSON_TEXT``):
+    PostgreSQL casts the text to JSONB, SQLite keeps it as the text its JSON type reads."""
+    values = {}
+    for column, param in JSON_TEXT.items():
+        text = sa.bindparam(param, type_=sa.Text)
+        values[column] = sa.cast(text, table.c[column].type) if dialect == "postgresql" else text
+    return table.insert().values(values)
+
+
 class RunStore:
     """The :class:`~fieldeval.store.Store` methods on runs."""
 
@@ -149,8 +159,9 @@ class RunStore:
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
                 if flat.responses and not (meta or {}).get("rows_from"):
+                    insert = _responses_insert(t.evaluation_responses, conn.dialect.name)
                     for batch in flat.responses.batches(INSERT_BATCH):  # executemany, a batch at a time
-                        conn.execute(t.evaluation_responses.insert(), batch)
+                        conn.execute(insert, batch)
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
