@@ -270,6 +270,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.start_solvers(eval_items)
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
         slim_items(session.items)
+        gc.collect()  # no garbage of collection's is frozen for the whole run
         gc.freeze()
 
 

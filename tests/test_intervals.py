@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 from scipy import stats as scipy_stats
 
 from fieldeval.stats.power import clustered_se, power_analysis
@@ -206,3 +207,14 @@ def test_power_follows_millers_formula_for_a_mean():
     assert result.items_needed == pytest.approx(expected, rel=0.12)
     assert result.design_effect == pytest.approx(deff, rel=0.12)
     assert result.clusters_needed == pytest.approx(result.items_needed / 5, abs=1)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.text(min_size=1, max_size=6)), min_size=1, max_size=40))
+def test_cluster_codes_are_the_ranks_numpy_gives_the_joined_keys(keys):
+    strata, clusters = zip(*keys)
+    joined = np.array([f"{s}\x1f{c}" for s, c in keys])
+    assume(all(ch >= "\x20" for s in strata for ch in s) and not any("\x00" in c for c in clusters))
+    stratum_code, cluster_code = Design(clusters, strata).cells(len(keys))
+    assert stratum_code.tolist() == np.unique(np.array(strata), return_inverse=True)[1].ravel().tolist()
+    assert cluster_code.tolist() == np.unique(joined, return_inverse=True)[1].ravel().tolist()

@@ -86,11 +86,8 @@ class Design:
     @functools.cached_property
     def _codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(stratum code, cluster code) per item of a clustered design, computed once per design."""
-        strata = self.strata if self.strata is not None else (0,) * len(self.clusters)
-        _, stratum_code = np.unique(np.array([str(s) for s in strata]), return_inverse=True)
-        _, cluster_code = np.unique(np.array([f"{s}\x1f{c}" for s, c in zip(strata, self.clusters)]),
-                                    return_inverse=True)
-        return stratum_code.astype(np.int64).ravel(), cluster_code.astype(np.int64).ravel()
+        strata = [str(s) for s in self.strata] if self.strata is not None else ["0"] * len(self.clusters)
+        return _ranks(strata), _ranks([(s, str(c)) for s, c in zip(strata, self.clusters)])
 
     def n_clusters(self, n: int) -> int:
         """Clusters among ``n`` items (``n`` without clusters)."""
@@ -144,6 +141,13 @@ class Design:
                 draws = rng.integers(0, len(members), size=(k, len(members)))
                 per_cluster[:, members] = _counts(draws, len(members))
             yield per_cluster
+
+
+def _ranks(keys: Sequence[Hashable]) -> np.ndarray:
+    """Each key's rank among the distinct keys, sorted (``np.unique(keys, return_inverse=True)[1]`` without
+    building a fixed-width text array of every key)."""
+    rank = {key: code for code, key in enumerate(sorted(set(keys)))}
+    return np.fromiter(map(rank.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
 def _block(n: int, block: int | None) -> int:

@@ -43,28 +43,23 @@ class ResponseRows:
         return self.count
 
     def batches(self, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
-        """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, each row :func:`storable` and its JSON
-        columns encoded once, as text (:data:`JSON_TEXT` names the parameters the insert reads them from)."""
+        """The rows, ``size`` (default :data:`CHECK_CHUNK`) at a time, their JSON columns already encoded as text
+        under the parameter names of :data:`JSON_TEXT`."""
         rows = self.make()
         while batch := list(islice(rows, size or CHECK_CHUNK)):
-            yield [encoded_response(row) for row in batch]
+            yield batch
 
 
 # the JSON columns of evaluation_responses, passed to the insert as their encoded text under these names
 JSON_TEXT = {"metrics": "metrics_text", "row_extra": "row_extra_text"}
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def encoded_response(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``evaluation_responses`` row as :func:`storable` makes it, its JSON columns as text (one encoding)."""
-    texts = {column: _encode(row[column]) for column in JSON_TEXT}
-    if not all(_clean_text(text) for text in texts.values()) or not all(
-            _clean_text(v) for v in row.values() if type(v) is str):
-        row = _storable(row)
-        texts = {column: _encode(row[column]) for column in JSON_TEXT}
-    out = {k: v for k, v in row.items() if k not in JSON_TEXT}
-    out.update((JSON_TEXT[column], text) for column, text in texts.items())
-    return out
+def _plain_json(value: Any) -> Any:
+    """What :func:`json_ready` makes of a value JSON has no form for: a numpy scalar's item, else its text."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_plain_json).encode
 
 
 def _clean_text(text: str) -> bool:
@@ -248,15 +243,18 @@ def _declared_run_values(bench_payload: Mapping[str, Mapping[str, Any]],
 
 def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
                   response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
-    """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None."""
+    """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None;
+    ``metrics`` and ``row_extra`` (together, the row) encoded once as JSON text under :data:`JSON_TEXT`'s names,
+    every text :func:`storable`."""
     item_keys = ("corpus_item_id", declared.item_id, "case_id", "item_id", "nodeid")
-    values = {k: v for k, v in row.items() if k not in ROW_COLUMNS and k != declared.item_id}
-    return {
+    metrics = {k: v for k, v in row.items() if k not in ROW_COLUMNS and k != declared.item_id}
+    extra = {k: v for k, v in row.items() if k not in metrics}
+    out = {
         "run_id": run_id, "benchmark": bench, "model": str(row.get("model")),
         "corpus_item_id": str(next((row[key] for key in item_keys if row.get(key)), "")),
         "raw_response": row.get("raw_response", row.get("response_text")),
-        "metrics": json_ready(values),
-        "row_extra": json_ready({k: v for k, v in row.items() if k not in values}),  # metrics + row_extra = the row
+        "metrics_text": _encode(metrics),
+        "row_extra_text": _encode(extra),
         "response_time_s": number(row.get("response_time_s")),
         "prompt_tokens": integer(row.get("prompt_tokens")),
         "completion_tokens": integer(row.get("completion_tokens")),
@@ -265,6 +263,11 @@ def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: Sto
         "scored_at": row.get("scored_at") or scored_at,
         **{name: integer(row.get(name)) if name in declared.response else None for name in response_columns},
     }
+    if _clean_text("\x1f".join(v for v in out.values() if type(v) is str)):  # one check of every text
+        return out
+    out.update({k: _storable(v) for k, v in out.items() if type(v) is str and not k.endswith("_text")},
+               metrics_text=_encode(_storable(json_ready(metrics))), row_extra_text=_encode(_storable(json_ready(extra))))
+    return out
 
 
 def _error_rows(run_id: str, errors: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:

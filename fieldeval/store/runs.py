@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -103,6 +103,42 @@ def _responses_insert(table: sa.Table, dialect: str) -> sa.Insert:
     return table.insert().values(values)
 
 
+def insert_responses(conn: Connection, table: sa.Table, batches: Iterable[list[dict[str, Any]]]) -> None:
+    """Insert ``evaluation_responses`` rows (:class:`~fieldeval.store.payload.ResponseRows` batches).
+
+    On SQLite each batch goes to the driver's ``executemany`` as tuples, every value through its column's own
+    bind processor (a run of the same value converted once): SQLAlchemy's per-row parameter handling cost as
+    much as the insert itself. Other databases take the batches through SQLAlchemy (insertmanyvalues).
+    """
+    insert = _responses_insert(table, conn.dialect.name)
+    if conn.dialect.name != "sqlite":
+        for batch in batches:
+            conn.execute(insert, batch)
+        return
+    compiled = None
+    for batch in batches:
+        if compiled is None:
+            compiled = insert.compile(dialect=conn.dialect,
+                                      column_keys=[k for k in batch[0] if k not in JSON_TEXT.values()])
+            names = list(compiled.positiontup)
+            convert = [(position, processor) for position, name in enumerate(names)
+                       if (processor := _bind_processor(compiled.binds[name].type, conn.dialect)) is not None]
+        rows = [[row[name] for name in names] for row in batch]
+        for position, processor in convert:
+            last = out = object()
+            for values in rows:
+                value = values[position]
+                if value is not last:
+                    last, out = value, processor(value)
+                values[position] = out
+        conn.exec_driver_sql(compiled.string, [tuple(values) for values in rows])
+
+
+def _bind_processor(type_: sa.types.TypeEngine, dialect: sa.engine.Dialect) -> Any:
+    """What SQLAlchemy does to a value of ``type_`` before the driver gets it on ``dialect`` (None: nothing)."""
+    return type_.dialect_impl(dialect).bind_processor(dialect)
+
+
 class RunStore:
     """The :class:`~fieldeval.store.Store` methods on runs."""
 
@@ -159,9 +195,7 @@ class RunStore:
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
                 if flat.responses and not (meta or {}).get("rows_from"):
-                    insert = _responses_insert(t.evaluation_responses, conn.dialect.name)
-                    for batch in flat.responses.batches(INSERT_BATCH):  # executemany, a batch at a time
-                        conn.execute(insert, batch)
+                    insert_responses(conn, t.evaluation_responses, flat.responses.batches(INSERT_BATCH))
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
