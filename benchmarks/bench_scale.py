@@ -51,11 +51,13 @@ class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
 
 
 def parse_once(folder: Path, suite: Path) -> float:
-    """Seconds to parse the suite into its compact cached form (what the first process on a machine pays)."""
+    """Seconds to parse the suite into its compact cached form and build the ontology index, what the first
+    process on a machine pays; the measured runs then start as on a machine that has run before."""
     env = {**os.environ, "FIELDEVAL_CACHE_DIR": str(folder / "cache-dir")}
     start = time.time()
     subprocess.run([sys.executable, "-c", "import sys; from fieldeval.benchmarks.ebs.suite import load_suite; "
-                    "load_suite(sys.argv[1])", str(suite)], env=env, check=True)
+                    "from fieldeval.ontology import load_index; load_suite(sys.argv[1]); load_index()", str(suite)],
+                   env=env, check=True)
     return time.time() - start
 
 
@@ -140,7 +142,7 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             suite = folder / "suite.yaml"
             write_suite(suite, items)
-            print(f"{items:>7} suite parsed into its compact form (once per machine) in "
+            print(f"{items:>7} suite parsed into its compact form and ontology index built (once per machine) in "
                   f"{parse_once(folder, suite):.1f} s")
             run = run_pytest(folder, suite, ["-n", str(args.workers)], f"n{args.workers}")
             show(items, run)

@@ -110,7 +110,7 @@ def study_of(raw: dict) -> str:
     found = re.search(r"^Study:[ \t]*(.+)$", str(raw.get("input") or ""), flags=re.MULTILINE)
     # the line may end in a sample-set code, "... climate change (AY23_plt05)": one study, not one per code
     return re.sub(r"\s*\([A-Za-z0-9_.-]+\)$", "", found.group(1).strip()) if found else ""
-SUITE_CACHE_FORMAT = 3  # 2: each case's study (its cluster); 3: the suite's matrix
+SUITE_CACHE_FORMAT = 4  # 2: each case's study (its cluster); 3: the suite's matrix; 4: an index of the test ids
 BLOCK = 256  # cases read at once
 KEPT_BLOCKS = 8  # blocks kept in memory per process (a few MB)
 
@@ -246,6 +246,7 @@ def _write_compact(target: Path, name: str, system: str, cases: Sequence[EbsCase
             conn.executemany("INSERT INTO cases VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              ((n, c.case_id, c.stratum, c.template, c.prompt, c.ideal, c.test_id, c.study)
                               for n, c in enumerate(cases)))
+            conn.execute("CREATE INDEX cases_test_ids ON cases (n, test_id)")  # test_ids reads this, not the prompts
             conn.commit()
         finally:
             conn.close()

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from fieldeval.errors import UsageError
-from fieldeval.inputs import write_tsv
+from fieldeval.inputs import tsv_cell
 from fieldeval.stats import Design, Estimator, estimate, mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs, score_ebs_batch
 
@@ -116,22 +116,27 @@ def _text(value) -> str:
 def write_scored(df, path: Path) -> None:
     """Write a scored table as ``df.to_csv(path, sep="\\t", index=False)`` would, None and NA as empty cells.
 
-    Lines are joined directly when no cell needs quoting (no tab, newline,
-    carriage return, double quote or NUL), several times faster than ``to_csv``;
-    otherwise every cell goes through :func:`fieldeval.inputs.tsv_cell`, which
-    quotes as ``to_csv`` does and also quotes a bare carriage return (``to_csv``
-    leaves it bare, and ``read_csv`` then splits the row), and writes NUL as ``\\x00``.
+    Rows go out :data:`WRITE_ROWS` at a time. A block's lines are joined directly when no cell needs quoting
+    (no tab, newline, carriage return, double quote or NUL), several times faster than ``to_csv``; otherwise
+    every cell goes through :func:`fieldeval.inputs.tsv_cell`, which quotes as ``to_csv`` does and also quotes
+    a bare carriage return (``to_csv`` leaves it bare, and ``read_csv`` then splits the row), and writes NUL as
+    ``\\x00``. A cell that needs no quoting is the same text either way.
     """
-    header = [str(name) for name in df.columns]
-    columns = [_cells(df.iloc[:, position]) for position in range(df.shape[1])]
-    text = "\n".join(map("\t".join, [header, *zip(*columns)])) + "\n"
-    plain = ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(df) + 1
-             and text.count("\t") == (len(df) + 1) * (len(header) - 1))
-    if plain:
-        with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
-    else:
-        write_tsv(path, header, zip(*columns))
+    width = df.shape[1]
+    with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
+        handle.write("\t".join(tsv_cell(str(name)) for name in df.columns) + "\n")
+        for start in range(0, len(df), WRITE_ROWS):
+            part = df.iloc[start:start + WRITE_ROWS]
+            lines = list(zip(*[_cells(part.iloc[:, position]) for position in range(width)]))
+            text = "\n".join(map("\t".join, lines)) + "\n"
+            if ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(lines)
+                    and text.count("\t") == len(lines) * (width - 1)):
+                handle.write(text)
+            else:
+                handle.writelines("\t".join(map(tsv_cell, line)) + "\n" for line in lines)
+
+
+WRITE_ROWS = 10_000  # rows of a scored table formatted at once
 
 
 def _cells(column) -> list[str]:
