@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -336,3 +337,37 @@ def test_a_column_a_newly_installed_benchmark_declares_is_added_on_open(store_ur
 def test_a_declared_column_that_is_generic_or_not_an_identifier_is_refused(tmp_path, declared):
     with pytest.raises(ValueError, match="declare a new lowercase identifier"):
         open_store(str(tmp_path / "store.db"), columns={"bad": declared})
+
+
+def test_response_rows_are_stored_as_sqlalchemys_own_insert_stores_them(store, monkeypatch):
+    """The response rows' insert (the driver's executemany on SQLite) against SQLAlchemy's insert of the same
+    rows: every column as the database holds it, times with and without fractions, a NUL and a lone surrogate."""
+    from fieldeval.store import runs
+    from fieldeval.store.payload import JSON_TEXT
+
+    payload, rows = ibf_run(SEED_RUNS[0], items=5)
+    items = rows["ibf"]
+    items[0]["scored_at"] = "2026-05-29T08:14:03Z"
+    items[1]["scored_at"] = "2026-05-29T10:14:03.25+02:00"
+    items[2]["cached"] = None
+    items[3].update(response_text="nul \x00 and a lone \ud800", prompt_tokens=None, est_cost_usd=None)
+    meta = {"completed_at": "2026-05-29T08:27:11Z"}
+    store.save_run(payload, rows, meta)
+
+    def sqlalchemy_insert(conn, table, batches):
+        for batch in batches:
+            conn.execute(table.insert(), [{**{k: v for k, v in row.items() if k not in JSON_TEXT.values()},
+                                           **{column: json.loads(row[text]) for column, text in JSON_TEXT.items()}}
+                                          for row in batch])
+
+    monkeypatch.setattr(runs, "insert_responses", sqlalchemy_insert)
+    store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
+    query = sa.text("SELECT benchmark, model, corpus_item_id, raw_response, metrics, row_extra, response_time_s, "
+                    "prompt_tokens, completion_tokens, est_cost_usd, cached, scored_at, hazard_recognition "
+                    "FROM evaluation_responses WHERE run_id = :run ORDER BY response_id")
+    parsed = (lambda value: json.loads(value) if isinstance(value, str) else value)
+    with store.engine.connect() as conn:
+        stored = {run: [(*r[:4], parsed(r[4]), parsed(r[5]), *r[6:]) for r in conn.execute(query, {"run": run})]
+                  for run in ("run_3b9e204a", "run_reference")}
+    assert len(stored["run_3b9e204a"]) == 5
+    assert stored["run_3b9e204a"] == stored["run_reference"]
