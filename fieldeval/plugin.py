@@ -26,7 +26,7 @@ from fieldeval.benchmark import benchmarks, case_ids
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.run.lean import ReportReleaser, slim_items
+from fieldeval.run.lean import ReportReleaser, drop_idle_syrupy, release_deselected, slim_items
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -254,9 +254,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan the progress counts, start the solvers of the eval items (see :mod:`fieldeval.calls.pool`), and freeze
     the collected objects.
 
-    With many items, ``gc.freeze()`` moves everything collection built into the
-    permanent generation, so neither the collector during the run nor the
-    collections at exit walk the items again.
+    Deselected items are counted, not kept (:func:`~fieldeval.run.lean.release_deselected`). With many
+    items, a session of eval items only does without syrupy (:func:`~fieldeval.run.lean.drop_idle_syrupy`),
+    and ``gc.freeze()`` moves everything collection built into the permanent generation, so neither the
+    collector during the run nor the collections at exit walk the items again.
     """
     state = eval_session(session.config)
     state.pytest_session = session
@@ -268,8 +269,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if len(eval_items) > state.trim_limit:
         _lighten_json_report(session.config)
     state.start_solvers(eval_items)
+    release_deselected(session.config)
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
         slim_items(session.items)
+        drop_idle_syrupy(session, len(eval_items))
         gc.collect()  # no garbage of collection's is frozen for the whole run
         gc.freeze()
 

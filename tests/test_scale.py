@@ -92,6 +92,28 @@ def test_above_the_limit_passed_reports_are_let_go_of_and_still_counted(project,
     assert len([line for line in kept.outlines if line.startswith("PASSED evals/")]) == 3
 
 
+def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tmp_path):
+    """A shard of 1,100 eval items keeps the count of the suite's 3,300 other items, not the items: neither the
+    terminal reporter nor syrupy (which an eval-only session of that size does without) holds them."""
+    suite = _suite_file(tmp_path, 4400)
+    project.makepyfile(deselect_probe="""
+        import weakref
+
+        refs = []
+
+        def pytest_deselected(items):
+            refs.extend(weakref.ref(item) for item in items[:50])
+
+        def pytest_sessionfinish(session):
+            print(f"deselected items alive: {sum(ref() is not None for ref in refs)} of {len(refs)}")
+    """)
+    result, _ = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "deselect_probe", "-s",
+                    "--splits", "4", "--group", "1")
+    result.stdout.fnmatch_lines(["*deselected items alive: 0 of 50*"])
+    summary = next(line for line in reversed(result.outlines) if "deselected" in line and " in " in line)
+    assert "1100 passed, 3300 deselected" in summary
+
+
 def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_fills(tmp_path, monkeypatch):
     import errno
     import os

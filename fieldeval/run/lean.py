@@ -119,4 +119,41 @@ def slim_items(items: Sequence[pytest.Item]) -> None:
             item.funcargs = None
 
 
-__all__ = ["PASSED", "ReportReleaser", "keeps_passed_reports", "release_report", "restore_summary", "slim_items"]
+class _Deselected:
+    """What the terminal reporter keeps of each deselected item once the item itself is let go of (plugins
+    that walk every entry of its stats read their ``__dict__``)."""
+
+
+DESELECTED = _Deselected()
+
+
+def release_deselected(config: pytest.Config) -> None:
+    """The terminal reporter keeps every deselected item only to count them (``N deselected``): a shard of
+    pytest-split deselects three quarters of the suite it collected. Keep the count, not the items."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", None)
+    if isinstance(stats, dict) and stats.get("deselected"):
+        stats["deselected"] = [DESELECTED] * len(stats["deselected"])
+
+
+def drop_idle_syrupy(session: pytest.Session, eval_items: int) -> bool:
+    """A large session of eval items only, none of which asks for a ``snapshot``, does without syrupy's plugin.
+
+    Syrupy keeps every collected item (a shard's deselected ones too) for its report on unused snapshots,
+    which such a session has none of: the plugin is unregistered and its session state reset, so neither
+    the items nor its per-item bookkeeping are held. Returns whether it was dropped.
+    """
+    config = session.config
+    plugin = config.pluginmanager.get_plugin("syrupy")
+    if (plugin is None or not session.items or eval_items < len(session.items)
+            or any("snapshot" in getattr(item, "fixturenames", ()) for item in session.items)):
+        return False
+    config.pluginmanager.unregister(plugin)
+    snapshots = getattr(config, "_syrupy", None)  # syrupy's SnapshotSession; start() empties it
+    if snapshots is not None and callable(getattr(snapshots, "start", None)):
+        snapshots.start()
+    return True
+
+
+__all__ = ["PASSED", "ReportReleaser", "drop_idle_syrupy", "keeps_passed_reports", "release_deselected",
+           "release_report", "restore_summary", "slim_items"]
