@@ -510,10 +510,13 @@ class EvalSession:
             self.stop_calls("-x" if maxfail == 1 else f"--maxfail {maxfail}")
 
     def _shared(self, row: dict) -> dict:
-        """The row with its keys and short text values shared with earlier rows' (one copy of each in memory)."""
+        """The row, its short text values now shared with earlier rows' (one copy of each in memory; the spool
+        parses rows in chunks whose keys are shared already)."""
         memo = self._strings
-        return {memo.setdefault(k, k): memo.setdefault(v, v) if type(v) is str and len(v) < 200 else v
-                for k, v in row.items()}
+        for key, value in row.items():
+            if type(value) is str and len(value) < 200:
+                row[key] = memo.setdefault(value, value)
+        return row
 
     def _announce_permanent(self, model: str, error: dict) -> None:
         if error.get("kind") != "permanent" or model in self._announced:

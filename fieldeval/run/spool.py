@@ -57,14 +57,27 @@ class RowSpool:
 
     def drain(self, parse: Callable[[dict], dict]) -> dict[str, list[dict]]:
         """Every row added since the last drain, by benchmark, each through ``parse`` and with its ``nodeid``,
-        in node id order; the spool is empty afterwards."""
+        in node id order; the spool is empty afterwards. Rows are parsed :data:`PARSE_CHUNK` at a time, as
+        one JSON array (its objects share their keys): about twice as fast as a parse a row."""
         out: defaultdict[str, list[dict]] = defaultdict(list)
+        heads: list[str] = []
+        texts: list[str] = []
+
+        def flush() -> None:
+            for (benchmark, nodeid), row in zip(_parse_all(heads), _parse_all(texts)):
+                row = parse(row)
+                row["nodeid"] = nodeid
+                out[benchmark].append(row)
+            heads.clear()
+            texts.clear()
+
         for line in self._lines():
             head, _, text = line.partition("\t")
-            benchmark, nodeid = json.loads(head)
-            row = parse(json.loads(text))
-            row["nodeid"] = nodeid
-            out[benchmark].append(row)
+            heads.append(head)
+            texts.append(text)
+            if len(texts) >= PARSE_CHUNK:
+                flush()
+        flush()
         for rows in out.values():
             rows.sort(key=itemgetter("nodeid"))
         self.count = 0
@@ -90,4 +103,20 @@ class RowSpool:
             self._fd = None
 
 
-__all__ = ["SPOOL_FILE", "RowSpool"]
+PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
+
+
+def _parse_all(texts: list[str]) -> list:
+    """Each JSON text's value, parsed as one array when every text is one value (else one at a time)."""
+    if not texts:
+        return []
+    try:
+        values = json.loads("[" + ",".join(texts) + "]")
+    except ValueError:
+        values = None
+    if values is None or len(values) != len(texts):  # a text that is not one value: parse each, as written
+        values = [json.loads(text) for text in texts]
+    return values
+
+
+__all__ = ["PARSE_CHUNK", "SPOOL_FILE", "RowSpool"]
