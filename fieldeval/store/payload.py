@@ -265,8 +265,9 @@ def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: Sto
     }
     if _clean_text("\x1f".join(v for v in out.values() if type(v) is str)):  # one check of every text
         return out
-    out.update({k: _storable(v) for k, v in out.items() if type(v) is str and not k.endswith("_text")},
-               metrics_text=_encode(_storable(json_ready(metrics))), row_extra_text=_encode(_storable(json_ready(extra))))
+    out.update({k: _storable(v) for k, v in out.items() if type(v) is str and k not in JSON_TEXT.values()})
+    out.update({text: _encode(_storable(json_ready(part))) for text, part in
+                ((JSON_TEXT["metrics"], metrics), (JSON_TEXT["row_extra"], extra))})
     return out
 
 
