@@ -21,14 +21,21 @@ def pytest_configure(config) -> None:
     _times["configured"] = time.time()
 
 
-def _rss_mb() -> float:
-    """The process's resident memory now, from /proc (0 where there is none)."""
+def _rss_mb(field: str = "VmRSS") -> float:
+    """The process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), from /proc (0 where there is
+    none)."""
     try:
         with open("/proc/self/status", encoding="ascii") as handle:
-            line = next(line for line in handle if line.startswith("VmRSS:"))
+            line = next(line for line in handle if line.startswith(f"{field}:"))
     except (OSError, StopIteration):
         return 0.0
     return int(line.split()[1]) / 1024
+
+
+def _peak_mb() -> float:
+    """This process's peak resident memory. ``VmHWM`` is this program's own; ``ru_maxrss`` (where there is no
+    /proc) also counts the parent's memory at the fork before ``exec``, as Linux carries it over."""
+    return _rss_mb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def pytest_collection_finish(session) -> None:
@@ -66,6 +73,6 @@ def pytest_unconfigure(config) -> None:
     role = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
     line = {"role": role, "pid": os.getpid(), "unconfigured": time.time(), "cpu_unconfigured": time.process_time(),
             **_times,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": _peak_mb()}
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
