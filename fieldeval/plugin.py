@@ -26,7 +26,7 @@ from fieldeval.benchmark import benchmarks, case_ids
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.run.lean import ReportReleaser, drop_idle_syrupy, release_deselected, slim_items
+from fieldeval.run.lean import ReportReleaser, release_deselected, release_syrupy_items, slim_items
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -255,7 +255,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the collected objects.
 
     Deselected items are counted, not kept (:func:`~fieldeval.run.lean.release_deselected`). With many
-    items, a session of eval items only does without syrupy (:func:`~fieldeval.run.lean.drop_idle_syrupy`),
+    items, syrupy lets go of them in a session of eval items only (:func:`~fieldeval.run.lean.release_syrupy_items`),
     and ``gc.freeze()`` moves everything collection built into the permanent generation, so neither the
     collector during the run nor the collections at exit walk the items again.
     """
@@ -272,7 +272,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     release_deselected(session.config)
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
         slim_items(session.items)
-        drop_idle_syrupy(session, len(eval_items))
+        release_syrupy_items(session, len(eval_items))
         gc.collect()  # no garbage of collection's is frozen for the whole run
         gc.freeze()
 

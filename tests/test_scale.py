@@ -94,7 +94,8 @@ def test_above_the_limit_passed_reports_are_let_go_of_and_still_counted(project,
 
 def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tmp_path):
     """A shard of 1,100 eval items keeps the count of the suite's 3,300 other items, not the items: neither the
-    terminal reporter nor syrupy (which an eval-only session of that size does without) holds them."""
+    terminal reporter nor syrupy (whose session an eval-only session of that size empties) holds them; with
+    xdist, syrupy still gets every worker's report."""
     suite = _suite_file(tmp_path, 4400)
     project.makepyfile(deselect_probe="""
         import weakref
@@ -112,6 +113,10 @@ def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tm
     result.stdout.fnmatch_lines(["*deselected items alive: 0 of 50*"])
     summary = next(line for line in reversed(result.outlines) if "deselected" in line and " in " in line)
     assert "1100 passed, 3300 deselected" in summary
+    result, _ = run(project, "--cache", "off", "--ebs-suite", str(suite), "-n", "2")
+    result.stdout.fnmatch_lines(["*4400 passed*"])
+    output = result.stdout.str() + result.stderr.str()
+    assert "syrupy:" not in output and "snapshot detection" not in output  # no worker's report went missing
 
 
 def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_fills(tmp_path, monkeypatch):

@@ -136,24 +136,22 @@ def release_deselected(config: pytest.Config) -> None:
         stats["deselected"] = [DESELECTED] * len(stats["deselected"])
 
 
-def drop_idle_syrupy(session: pytest.Session, eval_items: int) -> bool:
-    """A large session of eval items only, none of which asks for a ``snapshot``, does without syrupy's plugin.
+def release_syrupy_items(session: pytest.Session, eval_items: int) -> bool:
+    """A large session of eval items only, none of which asks for a ``snapshot``: syrupy's snapshot session
+    starts over empty (its own ``start()``), so it holds none of the collected items.
 
     Syrupy keeps every collected item (a shard's deselected ones too) for its report on unused snapshots,
-    which such a session has none of: the plugin is unregistered and its session state reset, so neither
-    the items nor its per-item bookkeeping are held. Returns whether it was dropped.
+    which such a session has nothing for. The plugin stays registered, so each xdist worker still sends
+    its (empty) report. Returns whether syrupy's session was emptied.
     """
-    config = session.config
-    plugin = config.pluginmanager.get_plugin("syrupy")
-    if (plugin is None or not session.items or eval_items < len(session.items)
+    snapshots = getattr(session.config, "_syrupy", None)  # syrupy's SnapshotSession, made at sessionstart
+    if (snapshots is None or not callable(getattr(snapshots, "start", None)) or not session.items
+            or eval_items < len(session.items)
             or any("snapshot" in getattr(item, "fixturenames", ()) for item in session.items)):
         return False
-    config.pluginmanager.unregister(plugin)
-    snapshots = getattr(config, "_syrupy", None)  # syrupy's SnapshotSession; start() empties it
-    if snapshots is not None and callable(getattr(snapshots, "start", None)):
-        snapshots.start()
+    snapshots.start()
     return True
 
 
-__all__ = ["PASSED", "ReportReleaser", "drop_idle_syrupy", "keeps_passed_reports", "release_deselected",
-           "release_report", "restore_summary", "slim_items"]
+__all__ = ["PASSED", "ReportReleaser", "keeps_passed_reports", "release_deselected", "release_report",
+           "release_syrupy_items", "restore_summary", "slim_items"]
