@@ -55,7 +55,7 @@ JSON_TEXT = {"metrics": "metrics_text", "row_extra": "row_extra_text"}
 
 
 def _plain_json(value: Any) -> Any:
-    """What :func:`json_ready` makes of a value JSON has no form for: a numpy scalar's item, else its text."""
+    """A value JSON has no form for, made plain: a numpy scalar's item, else its text."""
     return value.item() if hasattr(value, "item") else str(value)
 
 
@@ -119,10 +119,9 @@ def _clean(value: Any) -> bool:
     """Whether nothing in a dict or list needs :func:`storable`'s care (one JSON encoding, no walk in Python)."""
     try:
         text = json.dumps(value, ensure_ascii=False, default=repr)
-        text.encode("utf-8")  # a lone surrogate fails here
-    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+    except (TypeError, ValueError, RecursionError):
         return False
-    return "\\u0000" not in text  # JSON writes NUL as \u0000
+    return _clean_text(text)
 
 
 def _storable(value: Any) -> Any:
@@ -149,7 +148,7 @@ def json_ready(value: Any) -> Any:
     """The value after a JSON round trip (numpy scalars, paths and sets become plain JSON)."""
     if type(value) is dict and set(map(type, value)) <= _TEXT and set(map(type, value.values())) <= _PLAIN:
         return dict(value)  # a flat row of plain values: the round trip would give it back as it is
-    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+    return json.loads(json.dumps(value, default=_plain_json))
 
 
 def _per_benchmark(value: str | Mapping[str, str] | None, benchmark: str) -> str | None:
