@@ -26,7 +26,7 @@ from fieldeval.benchmark import benchmarks, case_ids
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.run.lean import ReportReleaser, release_deselected, release_syrupy_items, slim_items
+from fieldeval.run.lean import ReportReleaser, release_deselected, release_items, release_syrupy_items, slim_items
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -256,8 +256,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     Deselected items are counted, not kept (:func:`~fieldeval.run.lean.release_deselected`). With many
     items, syrupy lets go of them in a session of eval items only (:func:`~fieldeval.run.lean.release_syrupy_items`),
-    and ``gc.freeze()`` moves everything collection built into the permanent generation, so neither the
-    collector during the run nor the collections at exit walk the items again.
+    ``gc.freeze()`` moves everything collection built into the permanent generation, so neither the
+    collector during the run nor the collections at exit walk the items again, and each eval item is let go
+    of once it has run (:func:`~fieldeval.run.lean.release_items`).
     """
     state = eval_session(session.config)
     state.pytest_session = session
@@ -273,6 +274,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
         slim_items(session.items)
         release_syrupy_items(session, len(eval_items))
+        release_items(session, len(eval_items))
         gc.collect()  # no garbage of collection's is frozen for the whole run
         gc.freeze()
 

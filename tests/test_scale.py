@@ -119,6 +119,59 @@ def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tm
     assert "syrupy:" not in output and "snapshot detection" not in output  # no worker's report went missing
 
 
+ITEM_PROBE = """
+    import os
+    import weakref
+
+    refs = []
+
+    def pytest_collection_finish(session):
+        refs.extend(weakref.ref(item) for item in session.items)
+
+    def pytest_sessionfinish(session):
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+        if refs:
+            with open(f"alive-{worker}.txt", "w") as out:
+                out.write(f"{sum(ref() is not None for ref in refs)} {len(refs)} "
+                          f"{sorted({type(item).__name__ for item in session.items})}")
+"""
+
+
+def _alive(project) -> dict[str, tuple[int, int, str]]:
+    found = {}
+    for path in project.path.glob("alive-*.txt"):
+        alive, collected, kinds = path.read_text().split(" ", 2)
+        found[path.stem.removeprefix("alive-")] = (int(alive), int(collected), kinds)
+        path.unlink()
+    return found
+
+
+@pytest.mark.slow  # 1,200 items, three times
+def test_a_large_eval_session_lets_go_of_each_item_once_it_ran(project, tmp_path):
+    """In a session of 1,200 eval items, no item outlives its run, in one process or in the xdist worker that ran it,
+    and the run still scores and records every row; a session with another test in it keeps its items."""
+    suite = _suite_file(tmp_path, 1200)
+    project.makepyfile(item_probe=ITEM_PROBE)
+    result, report = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "item_probe")
+    result.stdout.fnmatch_lines(["*1200 passed*"])
+    assert _alive(project) == {"controller": (0, 1200, "['FinishedItem']")}
+    assert report["evals_rows"]["rows"] == 1200
+    score = report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["ontology_score"]
+    assert score["n"] == 1200 and score["value"] == pytest.approx((1.0 + 0.95 + 0.0) / 3)  # Iowa, Oregon, Maine
+    result, report = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "item_probe", "-n", "2")
+    result.stdout.fnmatch_lines(["*1200 passed*"])
+    alive = _alive(project)
+    assert set(alive) == {"gw0", "gw1"} and all(found[1] == 1200 for found in alive.values())
+    # each worker collected every item and lets go of the ones it ran: the other worker's stay
+    assert sum(found[0] for found in alive.values()) == 1200 and all(found[0] < 1200 for found in alive.values())
+    assert report["evals_rows"]["rows"] == 1200
+    project.makepyfile(test_other="def test_other():\n    pass\n")
+    result, _ = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "item_probe", "evals",
+                    "test_other.py")
+    result.stdout.fnmatch_lines(["*1201 passed*"])
+    assert _alive(project) == {"controller": (1201, 1201, "['Function']")}
+
+
 def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_fills(tmp_path, monkeypatch):
     import errno
     import os

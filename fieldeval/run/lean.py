@@ -1,4 +1,8 @@
-"""What a large eval session lets go of, so its memory follows its collected items and not its finished ones.
+"""What a large eval session lets go of, so its memory follows the items still to run and not its finished ones.
+
+In a session of 1,000 eval items or more and nothing else, each item itself is
+let go of once it has run (:class:`ItemReleaser`): ``session.items`` keeps a
+:class:`FinishedItem` with its node id in its place.
 
 Above the report's trim limit (10,000 eval items), once an eval item passed:
 
@@ -153,5 +157,72 @@ def release_syrupy_items(session: pytest.Session, eval_items: int) -> bool:
     return True
 
 
-__all__ = ["PASSED", "ReportReleaser", "keeps_passed_reports", "release_deselected", "release_report",
-           "release_syrupy_items", "restore_summary", "slim_items"]
+class FinishedItem:
+    """What ``session.items`` keeps of an eval item that has run, once :class:`ItemReleaser` let go of it:
+    its node id."""
+
+    __slots__ = ("nodeid",)
+
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+
+    def __repr__(self) -> str:
+        return f"<finished eval item {self.nodeid} (let go of after it ran)>"
+
+
+class ItemReleaser:
+    """The plugin (every process that runs items) that lets go of each eval item once it has run.
+
+    Registered by :func:`release_items` in a large session of eval items only. ``session.items`` is the last holder of a finished item: pytest's run loop reads an item only
+    when it runs it (and the next one, for its teardown), and what the session keeps of it (its reports,
+    its row, its counts) does not refer to it. Each finished eval item is replaced there by a
+    :class:`FinishedItem` that keeps its node id, so the process gives back the item, its keywords, its
+    stash and the caches pytest adds while it runs (``item.location``), and its memory follows the items
+    still to run.
+    """
+
+    def __init__(self, session: pytest.Session) -> None:
+        self.session = session
+        self._cursor = 0  # where the last finished item was: items run in order (-n 0) or in rising order (xdist)
+        self._positions: dict[int, int] | None = None  # id(item) -> position, built on the first miss
+
+    def _position(self, item: pytest.Item) -> int | None:
+        items = self.session.items
+        for at in (self._cursor, self._cursor + 1):
+            if at < len(items) and items[at] is item:
+                return at
+        if self._positions is None:
+            self._positions = {id(candidate): at for at, candidate in enumerate(items)
+                               if not isinstance(candidate, FinishedItem)}
+        at = self._positions.pop(id(item), None)
+        return at if at is not None and at < len(items) and items[at] is item else None
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        result = yield  # the item ran, tore down and reported
+        at = self._position(item) if isinstance(item, pytest.Function) else None
+        if at is not None:
+            self.session.items[at] = FinishedItem(item.nodeid)
+            keywords = getattr(item, "keywords", None)
+            if getattr(keywords, "node", None) is item:
+                keywords.node = None  # the item's one reference cycle, which a frozen collector never breaks
+            self._cursor = at
+            if self._positions is not None:
+                self._positions.pop(id(item), None)
+        return result
+
+
+def release_items(session: pytest.Session, eval_items: int) -> bool:
+    """In a session of eval items only (the caller decides from how many on), register :class:`ItemReleaser`;
+    returns whether it was registered. A session with other tests keeps its items: a plugin may read
+    them at the end."""
+    manager = session.config.pluginmanager
+    if not session.items or eval_items < len(session.items) or manager.has_plugin("fieldeval-items"):
+        return False
+    manager.register(ItemReleaser(session), "fieldeval-items")
+    return True
+
+
+__all__ = ["PASSED", "FinishedItem", "ItemReleaser", "ReportReleaser", "keeps_passed_reports",
+           "release_deselected", "release_items", "release_report", "release_syrupy_items", "restore_summary",
+           "slim_items"]
