@@ -133,11 +133,11 @@ class Design:
         block = _block(n, block)
         rng = np.random.default_rng(seed)
         stratum, cluster = self.cells(n)
+        by_stratum = [np.unique(cluster[stratum == s]) for s in range(stratum.max() + 1 if n else 0)]
         for start in range(0, resamples, block):
             k = min(block, resamples - start)
             per_cluster = np.zeros((k, cluster.max() + 1 if n else 0))
-            for s in range(stratum.max() + 1 if n else 0):
-                members = np.unique(cluster[stratum == s])
+            for members in by_stratum:
                 draws = rng.integers(0, len(members), size=(k, len(members)))
                 per_cluster[:, members] = _counts(draws, len(members))
             yield per_cluster
@@ -221,7 +221,7 @@ class Estimator:
     @classmethod
     def mean(cls, values: Sequence[float | None], bounds: tuple[float, float] | None = None) -> Estimator:
         """The mean of per-item values (None: not defined for the item) in the metric's range ``bounds``."""
-        data = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+        data = np.array(values, dtype=float)  # None: NaN
         return cls(data, weighted_mean, ~np.isnan(data), bounds)
 
     def take(self, index: np.ndarray) -> Estimator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from fieldeval.errors import UsageError
@@ -195,10 +196,9 @@ def summary_lines(df) -> list[str]:
     return lines
 
 
-def estimators(rows: list[dict]) -> dict[str, Estimator]:
+def estimators(rows: list[dict], metrics: Sequence[str] = METRICS) -> dict[str, Estimator]:
     """Each metric as the mean of its per-row values (None: not defined for the row)."""
-    return {metric: Estimator.mean([None if r.get(metric) is None else float(r[metric]) for r in rows], (0.0, 1.0))
-            for metric in METRICS}
+    return {metric: Estimator.mean([r.get(metric) for r in rows], (0.0, 1.0)) for metric in metrics}
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
@@ -219,7 +219,7 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
         strata[row["stratum"]].append(row)
     out["per_stratum"] = {}
     for stratum, group in sorted(strata.items()):
-        group_estimators, group_design = estimators(group), Design.of_rows(group)
+        group_estimators, group_design = estimators(group, ["ontology_score", "exact_match"]), Design.of_rows(group)
         out["per_stratum"][stratum] = {m: estimate(group_estimators[m], group_design, seed=seed, resamples=resamples)
                                        for m in ["ontology_score", "exact_match"]}
     return out
