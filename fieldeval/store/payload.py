@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -66,6 +68,8 @@ def _clean_text(text: str) -> bool:
     """Whether a string (or a JSON text, which writes NUL as ``\\u0000``) is free of NUL and lone surrogates."""
     if "\x00" in text or "\\u0000" in text:
         return False
+    if text.isascii():  # a lone surrogate is not ASCII
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -240,14 +244,31 @@ def _declared_run_values(bench_payload: Mapping[str, Mapping[str, Any]],
     return values
 
 
+@functools.lru_cache(maxsize=256)
+def _split(keys: tuple[str, ...], item_id: str | None) -> tuple[tuple[str, ...], Callable, tuple[str, ...], Callable]:
+    """A row's keys split into its ``metrics`` (no column of their own, not the item id) and its ``row_extra``,
+    each with what takes their values from a row: computed once per shape of row (a benchmark's rows share one)."""
+    metric_keys = tuple(k for k in keys if k not in ROW_COLUMNS and k != item_id)
+    extra_keys = tuple(k for k in keys if k not in metric_keys)
+    return metric_keys, _taker(metric_keys), extra_keys, _taker(extra_keys)
+
+
+def _taker(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
+    """What takes the values of ``keys`` from a row, as a tuple in their order."""
+    if len(keys) == 1:
+        return lambda row: (row[keys[0]],)
+    return operator.itemgetter(*keys) if keys else (lambda row: ())
+
+
 def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
                   response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
     """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None;
     ``metrics`` and ``row_extra`` (together, the row) encoded once as JSON text under :data:`JSON_TEXT`'s names,
     every text :func:`storable`."""
     item_keys = ("corpus_item_id", declared.item_id, "case_id", "item_id", "nodeid")
-    metrics = {k: v for k, v in row.items() if k not in ROW_COLUMNS and k != declared.item_id}
-    extra = {k: v for k, v in row.items() if k not in metrics}
+    metric_keys, take_metrics, extra_keys, take_extra = _split(tuple(row), declared.item_id)
+    metrics = dict(zip(metric_keys, take_metrics(row)))
+    extra = dict(zip(extra_keys, take_extra(row)))
     out = {
         "run_id": run_id, "benchmark": bench, "model": str(row.get("model")),
         "corpus_item_id": str(next((row[key] for key in item_keys if row.get(key)), "")),
