@@ -274,12 +274,19 @@ class SolverPool:
         return state, payload
 
     def answer(self, key: str, model: str = "-") -> Any:
-        """The solver's result for an item: made here or by any process, waited for, or solved now.
+        """The solver's result for an item: made here or by any process, waited for, or solved now. The item's
+        job is let go of afterwards (an item asks once; asked again, the board still has the outcome).
 
         Raises:
             ModelCallError: the solver's model call failed, or the session is stopping.
             SolverCrash: the solver itself raised.
         """
+        try:
+            return self._answer(key, model)
+        finally:
+            self.jobs.pop(key, None)
+
+    def _answer(self, key: str, model: str) -> Any:
         pause = POLL_MIN_S
         job = self.jobs.get(key)
         while True:
