@@ -10,7 +10,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import scipy.special  # noqa: F401
 from hypothesis import settings
+
+# scipy.special (the intervals' t quantile, imported when first needed) is imported here, before any in-process
+# pytester run: such a run drops the modules it imported when it ends, and numpy's C extensions under it cannot
+# be loaded a second time in one process ("cannot load module more than once per process").
 
 # Every property test is reproducible and steady on a loaded machine: the same examples on every run
 # (derandomize), and no per-example deadline (a 200 ms deadline failed under load; speed is measured
