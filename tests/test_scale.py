@@ -190,6 +190,7 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
         return real_write(fd, data)
 
     monkeypatch.setattr(spool_module.os, "write", write)
+    monkeypatch.setattr(spool_module, "PARSE_CHUNK", 3)  # rows parsed over several chunks, the last one short
     spool = spool_module.RowSpool(tmp_path)
     for bench, nodeid, row in rows:
         spool.add(bench, nodeid, json.dumps(row))
@@ -198,6 +199,7 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
     drained = spool.drain(dict)
     assert [r["n"] for r in drained["ebs"]] == list(range(10))
     assert [r["nodeid"] for r in drained["ebs"]] == sorted(nodeid for _, nodeid, _ in rows)
+    assert all(row["nodeid"] == f"t.py::t[c{row['n']:03d}]" for row in drained["ebs"])  # each row its own id
     assert drained["ebs"][0]["text"] == "tab\there \u2603" and not spool and spool.drain(dict) == {}
     assert not (tmp_path / spool_module.SPOOL_FILE).exists()
 

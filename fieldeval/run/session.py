@@ -79,7 +79,7 @@ class EvalSession:
         self.disk_full: str | None = None  # the one line, once the disk filled up mid-run
         self.pytest_session: pytest.Session | None = None
         self.skipped_after_permanent: Counter[str] = Counter()
-        self._strings: dict[str, str] = {}  # keys and short values of the rows, one copy each
+        self._strings: dict[str, dict[str, str]] = {}  # each row field's text values, one copy each (_shared)
         self.tool: dict[str, Any] = {}  # [tool.fieldeval] of pyproject.toml
         self._designs: dict[str, tuple[list, list[str]]] = {}
         self.notices: list[str] = []  # one line each, printed once before the items run
@@ -510,12 +510,20 @@ class EvalSession:
             self.stop_calls("-x" if maxfail == 1 else f"--maxfail {maxfail}")
 
     def _shared(self, row: dict) -> dict:
-        """The row, its short text values now shared with earlier rows' (one copy of each in memory; the spool
-        parses rows in chunks whose keys are shared already)."""
-        memo = self._strings
+        """The row, each text value now the one copy earlier rows hold of it, field by field (the spool parses
+        rows in chunks whose keys are shared already). A field whose values mostly differ (a case id) stops
+        being shared once it has :data:`SHARED_DISTINCT` distinct values."""
+        memos = self._strings
         for key, value in row.items():
-            if type(value) is str and len(value) < 200:
+            if type(value) is str:
+                memo = memos.get(key)
+                if memo is None:
+                    memo = memos[key] = {}
+                elif memo is _DISTINCT:
+                    continue
                 row[key] = memo.setdefault(value, value)
+                if len(memo) > SHARED_DISTINCT:
+                    memos[key] = _DISTINCT
         return row
 
     def _announce_permanent(self, model: str, error: dict) -> None:
@@ -747,6 +755,10 @@ def _git_commit(root: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+SHARED_DISTINCT = 5_000  # a row field with more distinct texts than this is not shared any more (EvalSession._shared)
+_DISTINCT: dict = {}  # the mark of such a field
 
 
 __all__ = ["EvalSession"]

@@ -1,17 +1,19 @@
 """The controller's recorded rows while the session runs: on disk, not in memory.
 
 Each passed eval item's row arrives as the JSON text its ``record`` call wrote.
-:class:`RowSpool` appends it, with the benchmark and node id, as one line to a
-file in the session folder (or keeps the texts in memory when the session has
-no folder), and :meth:`RowSpool.drain` parses them once, when the session
-ends, into dicts ordered by node id. A run of 100,000 items holds none of its
-rows while it runs, and its cyclic collector never walks them.
+:class:`RowSpool` appends it as one line to a file in the session folder (or
+keeps the texts in memory when the session has no folder), and keeps its
+benchmark and node id in memory (the item's own node id object, which the
+parsed row then shares). :meth:`RowSpool.drain` parses them once, when the
+session ends, into dicts ordered by node id. A run of 100,000 items holds none
+of its rows while it runs, and its cyclic collector never walks them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from operator import itemgetter
@@ -32,11 +34,15 @@ class RowSpool:
         self._fd: int | None = None
         self._size = 0  # bytes of whole lines in the file
         self._texts: list[str] = []  # the lines kept in memory (no folder, or the disk filled up)
+        self._benchmarks: list[str] = []  # each line's benchmark and node id, in order (the item's own node id
+        self._nodeids: list[str] = []  # object, which the parsed row then shares)
         self.count = 0
 
     def add(self, benchmark: str, nodeid: str, text: str) -> None:
         """One row: its benchmark, its item's node id and the JSON object ``record`` wrote."""
-        line = f"{json.dumps([benchmark, nodeid])}\t{text}\n"  # JSON escapes every tab and newline
+        self._benchmarks.append(sys.intern(benchmark))
+        self._nodeids.append(nodeid)
+        line = text.replace("\n", " ") + "\n"  # a newline can only be whitespace between a JSON text's tokens
         self.count += 1
         if self.path is not None and not self._texts:
             try:
@@ -60,24 +66,23 @@ class RowSpool:
         in node id order; the spool is empty afterwards. Rows are parsed :data:`PARSE_CHUNK` at a time, as
         one JSON array (its objects share their keys): about twice as fast as a parse a row."""
         out: defaultdict[str, list[dict]] = defaultdict(list)
-        heads: list[str] = []
+        heads = zip(self._benchmarks, self._nodeids)
         texts: list[str] = []
 
         def flush() -> None:
-            for (benchmark, nodeid), row in zip(_parse_all(heads), _parse_all(texts)):
+            for row, (benchmark, nodeid) in zip(_parse_all(texts), heads):  # the rows first: zip takes no head
+                # past the chunk's last row
                 row = parse(row)
                 row["nodeid"] = nodeid
                 out[benchmark].append(row)
-            heads.clear()
             texts.clear()
 
         for line in self._lines():
-            head, _, text = line.partition("\t")
-            heads.append(head)
-            texts.append(text)
+            texts.append(line)
             if len(texts) >= PARSE_CHUNK:
                 flush()
         flush()
+        self._benchmarks, self._nodeids = [], []
         for rows in out.values():
             rows.sort(key=itemgetter("nodeid"))
         self.count = 0
