@@ -94,6 +94,28 @@ def test_write_scored_writes_what_to_csv_writes_even_when_cells_need_quoting(tmp
         assert (tmp_path / f"{name}.tsv").read_text() == (tmp_path / f"{name}_pandas.tsv").read_text()
 
 
+def test_a_run_table_written_a_block_at_a_time_is_what_to_csv_writes_of_the_whole_frame(tmp_path, tiny_index,
+                                                                                       tiny_enums, monkeypatch):
+    """The run's scored table is formatted a block of rows at a time; a block whose optional cells are all blank,
+    or that lacks a column, reads its types differently, and the table must not show it."""
+    from fieldeval.benchmarks.ebs import tables
+
+    monkeypatch.setattr(tables, "WRITE_ROWS", 4)
+    rows = []
+    for n in range(11):
+        row = unparsed() if n < 4 else parsed(tiny_index, tiny_enums, FOREST if n % 3 else "woodland biome [ENVO:01000174]")
+        row.update(case_id=f"c{n}", sampleData="soil_data", case_ideal=FOREST, response_text=f"answer {n}",
+                   cached=None if n < 4 else n % 2 == 0)
+        if n >= 8:
+            del row["cached"]
+        rows.append(row)
+    rows[5]["response_text"] = 'said "forest"\tthen'
+    write_outputs(rows, tmp_path)
+    columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
+    format_scored(pd.DataFrame(rows).reindex(columns=columns)).to_csv(tmp_path / "pandas.tsv", sep="\t", index=False)
+    assert (tmp_path / "ebs" / "results_envo_scored.tsv").read_text() == (tmp_path / "pandas.tsv").read_text()
+
+
 def test_aggregate_counts_label_validity_and_enum_over_parsed_rows_only(tiny_index, tiny_enums):
     # upstream: in_template_enum 1.0 (n=90), curie_label_valid 0.9; counting blanks as False gave 0.5 and 0.45
     rows = ([parsed(tiny_index, tiny_enums, FOREST) for _ in range(81)]

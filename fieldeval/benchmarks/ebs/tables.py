@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fieldeval.errors import UsageError
@@ -123,11 +123,17 @@ def write_scored(df, path: Path) -> None:
     a bare carriage return (``to_csv`` leaves it bare, and ``read_csv`` then splits the row), and writes NUL as
     ``\\x00``. A cell that needs no quoting is the same text either way.
     """
-    width = df.shape[1]
+    write_scored_blocks(list(df.columns), (df.iloc[start:start + WRITE_ROWS] for start in range(0, len(df), WRITE_ROWS)),
+                        path)
+
+
+def write_scored_blocks(columns: list[str], blocks: Iterable, path: Path) -> None:
+    """Write a scored table given as consecutive blocks of rows (frames with ``columns``), as :func:`write_scored`
+    writes the frame they make up."""
+    width = len(columns)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
-        handle.write("\t".join(tsv_cell(str(name)) for name in df.columns) + "\n")
-        for start in range(0, len(df), WRITE_ROWS):
-            part = df.iloc[start:start + WRITE_ROWS]
+        handle.write("\t".join(tsv_cell(str(name)) for name in columns) + "\n")
+        for part in blocks:
             lines = list(zip(*[_cells(part.iloc[:, position]) for position in range(width)]))
             text = "\n".join(map("\t".join, lines)) + "\n"
             if ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(lines)
@@ -244,6 +250,10 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
+    if rows and not any("hyperparameters" in row for row in rows):  # a block of rows at a time: no frame of them all
+        write_scored_blocks(columns, (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS]).reindex(columns=columns))
+                                      for start in range(0, len(rows), WRITE_ROWS)), path)
+        return [path]
     frame = pd.DataFrame(rows)
     if "hyperparameters" in frame.columns:  # a matrix run: llm-matrix's hyperparameter columns, the model's name
         frame["model"] = frame["model_name"]
