@@ -492,29 +492,11 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     Returns None when all went well, else the one line to end with: the disk filled up (every file is
     written whole or not at all, and the run is stored if the store still takes it) or the store could
     not take the run (it is then kept for ``fieldeval runs push``).
-
-    The store takes the run in a thread of its own while the files are written: neither changes the rows,
-    and the database's own work (inserting, committing) runs while this thread formats the files.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from fieldeval.run.writable import full_disk_line, out_of_space
 
     if state.disk_full is not None:
         exitstatus = SAVE_FAILED
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fieldeval-store") as pool:
-        stored = pool.submit(state.save_run, exitstatus, files.folder) if state.has_results() else None
-        problem = _write_files(config, state, files, exitstatus)
-        if stored is not None:
-            problem = stored.result() or problem
-    if state.eval_items >= FREEZE_ABOVE_ITEMS:
-        gc.freeze()  # what the run built stays for the exit: no collection need walk it again
-    return problem
-
-
-def _write_files(config: pytest.Config, state: EvalSession, files: RunFiles, exitstatus: int) -> str | None:
-    """The run's tables, rows file and report under its folder, published to reports/, and the Markdown summary;
-    the one line to end with when the disk filled up, else None."""
-    from fieldeval.run.writable import full_disk_line, out_of_space
-
     problem = None
     try:
         tables = state.write_outputs(files.folder)
@@ -538,6 +520,10 @@ def _write_files(config: pytest.Config, state: EvalSession, files: RunFiles, exi
         if not out_of_space(error):
             raise
         problem = full_disk_line("the report and tables", error)
+    if state.has_results():
+        problem = state.save_run(exitstatus, files.folder) or problem
+    if state.eval_items >= FREEZE_ABOVE_ITEMS:
+        gc.freeze()  # what the run built stays for the exit: no collection need walk it again
     return problem
 
 
