@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def parse_once(folder: Path, suite: Path) -> float:
 def run_pytest(folder: Path, suite: Path, extra: list[str], label: str) -> dict:
     """One pytest session; its CPU, wall, probe lines and files."""
     probe = folder / f"probe-{label}.jsonl"
+    probe.unlink(missing_ok=True)  # a kept folder's earlier run must not be read as this one
     env = {**os.environ, "FIELDEVAL_SCALE_PROBE": str(probe), "FIELDEVAL_CACHE_DIR": str(folder / "cache-dir"),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])}
     reports = folder / f"reports-{label}"
@@ -140,6 +142,10 @@ def main() -> None:
         for items in args.items:
             folder = base / f"scale-{items}"
             folder.mkdir(parents=True, exist_ok=True)
+            for name in ("store.db", "responses.sqlite"):  # a kept folder starts each point with a fresh store
+                (folder / name).unlink(missing_ok=True)
+            for reports in folder.glob("reports-*"):
+                shutil.rmtree(reports)
             suite = folder / "suite.yaml"
             write_suite(suite, items)
             print(f"{items:>7} suite parsed into its compact form and ontology index built (once per machine) in "
