@@ -173,12 +173,12 @@ class FinishedItem:
 class ItemReleaser:
     """The plugin (every process that runs items) that lets go of each eval item once it has run.
 
-    Registered by :func:`release_items` in a large session of eval items only. ``session.items`` is the last holder of a finished item: pytest's run loop reads an item only
-    when it runs it (and the next one, for its teardown), and what the session keeps of it (its reports,
-    its row, its counts) does not refer to it. Each finished eval item is replaced there by a
-    :class:`FinishedItem` that keeps its node id, so the process gives back the item, its keywords, its
-    stash and the caches pytest adds while it runs (``item.location``), and its memory follows the items
-    still to run.
+    Registered by :func:`release_items` in a large session of eval items only. ``session.items`` is the
+    last holder of a finished item: pytest's run loop reads an item only when it runs it (and as the next
+    item of the one before, for its teardown), and what the session keeps of it (its reports, its row, its
+    counts) does not refer to it. Each finished eval item is replaced there by a :class:`FinishedItem` that
+    keeps its node id, so the process gives back the item, its keywords, its stash and the caches pytest
+    adds while it runs (``item.location``), and its memory follows the items still to run.
     """
 
     def __init__(self, session: pytest.Session) -> None:
@@ -207,8 +207,6 @@ class ItemReleaser:
             if getattr(keywords, "node", None) is item:
                 keywords.node = None  # the item's one reference cycle, which a frozen collector never breaks
             self._cursor = at
-            if self._positions is not None:
-                self._positions.pop(id(item), None)
         return result
 
 

@@ -123,8 +123,8 @@ def write_scored(df, path: Path) -> None:
     a bare carriage return (``to_csv`` leaves it bare, and ``read_csv`` then splits the row), and writes NUL as
     ``\\x00``. A cell that needs no quoting is the same text either way.
     """
-    write_scored_blocks(list(df.columns), (df.iloc[start:start + WRITE_ROWS] for start in range(0, len(df), WRITE_ROWS)),
-                        path)
+    blocks = (df.iloc[start:start + WRITE_ROWS] for start in range(0, len(df), WRITE_ROWS))
+    write_scored_blocks(list(df.columns), blocks, path)
 
 
 def write_scored_blocks(columns: list[str], blocks: Iterable, path: Path) -> None:
@@ -251,8 +251,9 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
     if rows and not any("hyperparameters" in row for row in rows):  # a block of rows at a time: no frame of them all
-        write_scored_blocks(columns, (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS]).reindex(columns=columns))
-                                      for start in range(0, len(rows), WRITE_ROWS)), path)
+        blocks = (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS]).reindex(columns=columns))
+                  for start in range(0, len(rows), WRITE_ROWS))
+        write_scored_blocks(columns, blocks, path)
         return [path]
     frame = pd.DataFrame(rows)
     if "hyperparameters" in frame.columns:  # a matrix run: llm-matrix's hyperparameter columns, the model's name
