@@ -120,7 +120,6 @@ def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tm
 
 
 ITEM_PROBE = """
-    import os
     import weakref
 
     refs = []
@@ -129,7 +128,8 @@ ITEM_PROBE = """
         refs.extend(weakref.ref(item) for item in session.items)
 
     def pytest_sessionfinish(session):
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+        worker = getattr(session.config, "workerinput", {}).get("workerid", "controller")  # not the environment:
+        # this test may itself run in an xdist worker, whose PYTEST_XDIST_WORKER the inner pytest inherits
         if refs:
             with open(f"alive-{worker}.txt", "w") as out:
                 out.write(f"{sum(ref() is not None for ref in refs)} {len(refs)} "
