@@ -273,3 +273,24 @@ def test_an_injected_enospc_mid_run_is_one_line_and_exit_2(project, monkeypatch)
     assert "Traceback" not in output and "INTERNALERROR" not in output
     assert json.loads((project.path / "progress.json").read_text())["done"] == 1  # the last whole write stands
     assert json.loads((project.path / "reports" / "report.json").read_text())["evals"]["status"] == "interrupted"
+
+
+def test_a_disk_that_fills_up_under_a_solver_is_a_full_disk_not_a_crash_of_the_solver():
+    """A solver thread that commits the response cache may be the one to find the disk full: its item then
+    stops the session with the one full-disk line, as the main thread's writes do, and is no solver crash
+    with a traceback. A solver's own bug still is."""
+    from fieldeval.calls.pool import SolverCrash, _outcome, _result
+    from fieldeval.run.writable import out_of_space
+
+    def cache_commit():
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with pytest.raises(OSError) as caught:
+        _result(*_outcome(cache_commit))
+    assert out_of_space(caught.value) and "database or disk is full" in str(caught.value)
+
+    def bug():
+        return {}["missing"]
+
+    with pytest.raises(SolverCrash, match="KeyError"):
+        _result(*_outcome(bug))

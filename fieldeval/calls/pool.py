@@ -25,6 +25,7 @@ Ctrl-C), no planned row starts.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import sqlite3
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldeval.calls.failures import ModelCallError
+from fieldeval.run.writable import out_of_space
 
 LEASE_S = 30.0
 POLL_MIN_S = 0.002
@@ -171,7 +173,9 @@ def _outcome(job: Job) -> tuple[str, bytes]:
         return "done", pickle.dumps(job())
     except ModelCallError as error:
         return "failed", pickle.dumps(("call", error.model, error.detail, error.kind))
-    except Exception:  # noqa: BLE001 - a bug in the solver fails its item, with the traceback
+    except Exception as error:  # noqa: BLE001 - a bug in the solver fails its item, with the traceback
+        if out_of_space(error):  # the disk filled up under the solver (its cached answer, say): no bug of its
+            return "failed", pickle.dumps(("full", str(error)))
         return "failed", pickle.dumps(("crash", traceback.format_exc()))
 
 
@@ -181,6 +185,8 @@ def _result(state: str, payload: bytes) -> Any:
         return value
     if value[0] == "call":
         raise ModelCallError(value[1], value[2], kind=value[3])
+    if value[0] == "full":  # the session stops with its one full-disk line (fieldeval.run.writable)
+        raise OSError(errno.ENOSPC, f"no space left on the device: {value[1]}")
     raise SolverCrash(value[1])
 
 
