@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,34 @@ def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
     holder.kill()
     holder.wait()
     assert slots.acquire(DEADLINE_S) is not None
+
+
+def test_a_dead_holders_slot_stays_taken_until_its_calls_deadline(tmp_path):
+    # a worker killed during a call: its request may still be at the provider until the call timeout
+    from fieldeval.calls.limits import FileSlots
+
+    start = time.time()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from fieldeval.calls.limits import FileSlots\n"
+        "s = FileSlots(Path(sys.argv[1]), 'all', 1, hold_s=3.0); assert s.acquire(5) is not None\n"
+        "print('held', flush=True); time.sleep(3600)"), str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    slots = FileSlots(tmp_path, "all", 1, hold_s=3.0)
+    assert slots.acquire(0.2) is None  # the kernel let go of the lock, the deadline has not passed
+    assert slots.acquire(DEADLINE_S) is not None
+    assert time.time() >= start + 3.0  # not before the dead holder's deadline
+
+
+def test_a_slot_let_go_of_leaves_no_deadline_behind(tmp_path):
+    from fieldeval.calls.limits import FileSlots
+
+    first, second = FileSlots(tmp_path, "all", 1, hold_s=600.0), FileSlots(tmp_path, "all", 1, hold_s=600.0)
+    token = first.acquire(1)
+    assert token is not None and second.acquire(0.1) is None  # held: the other one waits
+    first.release(token)
+    assert second.acquire(0.5) is not None  # let go of: free at once, not after 600 s
 
 
 def test_llm_openai_sdk_clients_are_built_without_retries():

@@ -2,9 +2,11 @@
 
 ``--concurrency C`` bounds the calls in flight for the whole session,
 whatever ``-n`` is: the session folder holds C slot files, and a call holds
-an exclusive ``flock`` on one of them. The kernel frees a lock when its
-process dies, so a killed worker never holds a slot; a wait for a slot ends
-after a deadline. ``[tool.fieldeval.models."MODEL"]`` may set a model's own
+an exclusive ``flock`` on one of them, with its deadline (now plus
+``--call-timeout``) written in the file. The kernel frees a lock when its
+process dies, but a killed worker's request may still be at the provider:
+its slot stays taken until that deadline, then is free again. A wait for a
+slot ends after a deadline too. ``[tool.fieldeval.models."MODEL"]`` may set a model's own
 ``concurrency`` (slot files of its own) and ``rpm``; ``--rpm N`` caps every
 model's requests per minute through a pyrate-limiter bucket in a SQLite file
 all workers share. Without a session folder (scripts), the slots are this
@@ -73,14 +75,20 @@ class FileSlots:
     process take distinct descriptors; a thread waits on the others of its own
     process without polling, and polls (backing off) only while other processes
     hold every slot.
+
+    With ``hold_s``, a holder writes its deadline (now plus ``hold_s``) in the file
+    and clears it as it lets go: a file found unlocked with a deadline still ahead
+    was held by a process that died during its call, whose request may still be
+    at the provider, so the slot stays taken until then.
     """
 
-    def __init__(self, folder: Path, name: str, count: int) -> None:
+    def __init__(self, folder: Path, name: str, count: int, hold_s: float | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self._fds = [os.open(folder / f"{name}.{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(count)]
         self._free = list(range(count))
         random.shuffle(self._free)  # workers start on different files
         self._cond = threading.Condition()
+        self._hold_s = hold_s
 
     def acquire(self, timeout: float) -> int | None:
         """A slot (its index), or None when none came free within ``timeout`` seconds."""
@@ -93,6 +101,9 @@ class FileSlots:
                         fcntl.flock(self._fds[index], fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
                         continue
+                    if self._hold_s is not None and not self._claim(self._fds[index]):
+                        fcntl.flock(self._fds[index], fcntl.LOCK_UN)  # a dead holder's call may still be out
+                        continue
                     self._free.remove(index)
                     return index
                 left = deadline - time.monotonic()
@@ -104,7 +115,21 @@ class FileSlots:
                     self._cond.wait(min(pause, left))
                     pause = min(pause * 2, POLL_MAX_S)
 
+    def _claim(self, fd: int) -> bool:
+        """Write this call's deadline in a slot file just locked, unless a dead holder's deadline is still ahead."""
+        now = time.time()
+        try:
+            found = float(os.pread(fd, 64, 0) or b"0")
+        except ValueError:  # not a deadline this class wrote: the slot is free
+            found = 0.0
+        if found > now:
+            return False
+        os.pwrite(fd, b"%020.3f" % (now + self._hold_s), 0)
+        return True
+
     def release(self, token: int) -> None:
+        if self._hold_s is not None:
+            os.ftruncate(self._fds[token], 0)  # the call is over: no deadline left behind
         fcntl.flock(self._fds[token], fcntl.LOCK_UN)
         with self._cond:
             self._free.append(token)
@@ -121,6 +146,8 @@ class CallLimits:
         models: per-model overrides.
         worker: (index, count) of this process among the session's workers.
         rate_dir: the session folder: shared slot files and rate-limit file (None: this process only).
+        hold_s: how long a slot of a process that died during its call stays taken (the call timeout; None: the
+            slot is free as soon as the process is gone).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -128,6 +155,7 @@ class CallLimits:
     models: Mapping[str, ModelLimits] = field(default_factory=dict)
     worker: tuple[int, int] = (0, 1)
     rate_dir: Path | None = None
+    hold_s: float | None = None
     _slots: dict[str | None, LocalSlots | FileSlots] = field(default_factory=dict, init=False, repr=False)
     _limiters: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -156,7 +184,7 @@ class CallLimits:
                     self._slots[model] = LocalSlots(count)
                 else:
                     name = "all" if model is None else "model-" + _digest(model)
-                    self._slots[model] = FileSlots(self.rate_dir / "slots", name, count)
+                    self._slots[model] = FileSlots(self.rate_dir / "slots", name, count, self.hold_s)
             return self._slots[model]
 
     def rate_limiter(self, model: str):

@@ -97,7 +97,7 @@ class EvalSession:
         if options.cache != "off" and selected:
             cache = ResponseCache(Path(options.cache_path or config.rootpath / "reports" / "responses.sqlite"))
         limits = CallLimits(concurrency=options.concurrency, rpm=options.rpm, models=load_model_limits(tool),
-                            worker=worker, rate_dir=session_dir)
+                            worker=worker, rate_dir=session_dir, hold_s=options.call_timeout)
         client = ModelClient(retries=options.retries, call_timeout=options.call_timeout, cache_mode=options.cache,
                              cache=cache, prices=load_prices(tool, options.prices), limits=limits)
         if session_dir is not None:
