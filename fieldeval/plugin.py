@@ -426,7 +426,8 @@ def record(request: pytest.FixtureRequest) -> Callable[..., None]:
         combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
         if hasattr(combination, "columns"):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
             row.update(combination.columns())
-        request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str)))
+        # compact, as the rows file writes it: the spool's line is then the rows file's (run.spool)
+        request.node.user_properties.append((ROW_KEY, json.dumps(row, default=str, separators=(",", ":"))))
 
     return _record
 
@@ -515,7 +516,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     problem = None
     try:
         tables = state.write_outputs(files.folder)
-        rows = files.write_rows(row for name in sorted(state.rows) for row in state.sorted_rows(name))
+        rows = files.write_rows(state.row_lines())
         json_plugin = getattr(config, "_json_report", None)
         report = getattr(json_plugin, "report", None)
         if report is not None:

@@ -57,12 +57,13 @@ def test_the_rows_file_holds_every_recorded_row(project):
     _, report = run(project, "--cache", "off")
     pointer = report["evals_rows"]
     rows = [json.loads(line) for line in (project.path / "reports" / pointer["path"]).read_text().splitlines()]
-    inline = [json.loads(prop["fieldeval.row"]) for test in report["tests"] for prop in test.get("user_properties", [])
-              if "fieldeval.row" in prop]
+    inline = {test["nodeid"]: json.loads(prop["fieldeval.row"]) for test in report["tests"]
+              for prop in test.get("user_properties", []) if "fieldeval.row" in prop}
     assert pointer["rows"] == len(rows) == len(inline) == 3  # the fourth item's model call failed
-    assert sorted(json.dumps({k: v for k, v in r.items() if k != "nodeid"}, sort_keys=True) for r in rows) == sorted(
-        json.dumps(r, sort_keys=True) for r in inline)
-    assert [r["nodeid"] for r in rows] == sorted(r["nodeid"] for r in rows)
+    assert [r["nodeid"] for r in rows] == sorted(inline)
+    # each line is the recorded row with its node id, in json.dumps's compact form
+    assert (project.path / "reports" / pointer["path"]).read_text().splitlines() == [
+        json.dumps({**inline[nodeid], "nodeid": nodeid}, separators=(",", ":")) for nodeid in sorted(inline)]
     assert "trimmed" not in report and len(report["tests"]) == 4
 
 
@@ -193,7 +194,7 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
     monkeypatch.setattr(spool_module, "PARSE_CHUNK", 3)  # rows parsed over several chunks, the last one short
     spool = spool_module.RowSpool(tmp_path)
     for bench, nodeid, row in rows:
-        spool.add(bench, nodeid, json.dumps(row))
+        spool.add(bench, nodeid, json.dumps(row, separators=(",", ":")))  # as the record fixture writes it
     on_disk = (tmp_path / spool_module.SPOOL_FILE).read_text().splitlines()
     assert len(on_disk) == 3 and all(line.endswith("}") for line in on_disk)  # no half line left behind
     drained = spool.drain(dict)
@@ -201,7 +202,13 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
     assert [r["nodeid"] for r in drained["ebs"]] == sorted(nodeid for _, nodeid, _ in rows)
     assert all(row["nodeid"] == f"t.py::t[c{row['n']:03d}]" for row in drained["ebs"])  # each row its own id
     assert drained["ebs"][0]["text"] == "tab\there \u2603" and not spool and spool.drain(dict) == {}
-    assert not (tmp_path / spool_module.SPOOL_FILE).exists()
+    # the rows file's lines: the three rows on disk as their spool lines, the others encoded from the rows
+    lines = list(spool.lines("ebs", drained["ebs"]))
+    assert [type(line) for line in lines] == [bytes if row["n"] in (5, 1, 9) else dict for row in drained["ebs"]]
+    assert [line if type(line) is bytes else line["n"] for line in lines] == [
+        (json.dumps(row, separators=(",", ":")) + "\n").encode() if row["n"] in (5, 1, 9) else row["n"]
+        for row in drained["ebs"]]  # the bytes json.dumps writes for the row, node id last
+    assert list(spool.lines("ebs", drained["ebs"][1:])) == drained["ebs"][1:]  # rows it did not drain: as they are
 
 
 def _scored_rows(tiny_index, items: int) -> list[dict]:

@@ -72,12 +72,13 @@ class RunFiles:
         write_atomic(path, json.dumps(report, default=str, indent=indent))
         return path
 
-    def write_rows(self, rows: Iterable[dict]) -> Path:
-        """Every recorded row as ``runs/<run_id>/rows.jsonl``, one compact JSON object a line."""
+    def write_rows(self, rows: Iterable[dict | bytes]) -> Path:
+        """Every recorded row as ``runs/<run_id>/rows.jsonl``, one compact JSON object a line: a dict is encoded
+        here, bytes are such a line already (:meth:`~fieldeval.run.spool.RowSpool.lines`)."""
         path = self.folder / ROWS_FILE
         dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode  # ASCII: lone surrogates escaped too
-        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
-            handle.writelines(dumps(row) + "\n" for row in rows)
+        with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+            handle.writelines(row if type(row) is bytes else (dumps(row) + "\n").encode("ascii") for row in rows)
         return path
 
     def rows_pointer(self, path: Path, count: int) -> dict:

@@ -546,6 +546,12 @@ class EvalSession:
                 self._rows[name].sort(key=itemgetter("nodeid"))  # after a --resume's stored rows, or rows parsed earlier
         return self._rows
 
+    def row_lines(self) -> Iterator[dict | bytes]:
+        """Every row for the rows file, by benchmark and then node id: as its spool line where that is the row's
+        own JSON (:meth:`~fieldeval.run.spool.RowSpool.lines`), else as the row."""
+        for name in sorted(self.rows):
+            yield from self._spool.lines(name, self.sorted_rows(name))
+
     def item_property(self, tag: tuple[str, str]) -> tuple[str, str]:
         """The ``user_properties`` entry that marks an eval item of (benchmark, model): one shared tuple each."""
         found = self._item_properties.get(tag)

@@ -7,15 +7,22 @@ benchmark and node id in memory (the item's own node id object, which the
 parsed row then shares). :meth:`RowSpool.drain` parses them once, when the
 session ends, into dicts ordered by node id. A run of 100,000 items holds none
 of its rows while it runs, and its cyclic collector never walks them.
+
+The file stays until the session folder goes: :meth:`RowSpool.lines` gives the
+rows file (``rows.jsonl``) each row as its line of the spool, the compact JSON
+text its item recorded with its node id added, instead of encoding the parsed
+row again.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
 
@@ -36,6 +43,11 @@ class RowSpool:
         self._texts: list[str] = []  # the lines kept in memory (no folder, or the disk filled up)
         self._benchmarks: list[str] = []  # each line's benchmark and node id, in order (the item's own node id
         self._nodeids: list[str] = []  # object, which the parsed row then shares)
+        self._offsets = array("q")  # each line's place in the file (-1: kept in memory) and its bytes
+        self._lengths = array("q")
+        self._verbatim = bytearray()  # 1: the line is its parsed row's own compact JSON (see lines), once drained
+        self._drained = 0  # lines parsed by earlier drains
+        self._read_at = 0  # where the file's undrained lines start
         self.count = 0
 
     def add(self, benchmark: str, nodeid: str, text: str) -> None:
@@ -50,6 +62,8 @@ class RowSpool:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 data = line.encode("utf-8", "surrogatepass")
                 if os.write(self._fd, data) == len(data):
+                    self._offsets.append(self._size)
+                    self._lengths.append(len(data))
                     self._size += len(data)
                     return
             except OSError:
@@ -59,6 +73,8 @@ class RowSpool:
                     os.ftruncate(self._fd, self._size)  # no half line stays behind
                 except OSError:
                     pass
+        self._offsets.append(-1)
+        self._lengths.append(0)
         self._texts.append(line)
 
     def drain(self, parse: Callable[[dict], dict]) -> dict[str, list[dict]]:
@@ -66,12 +82,15 @@ class RowSpool:
         in node id order; the spool is empty afterwards. Rows are parsed :data:`PARSE_CHUNK` at a time, as
         one JSON array (its objects share their keys): about twice as fast as a parse a row."""
         out: defaultdict[str, list[dict]] = defaultdict(list)
-        heads = zip(self._benchmarks, self._nodeids)
+        start = self._drained
+        heads = zip(self._benchmarks[start:], self._nodeids[start:])
+        verbatim = self._verbatim
         texts: list[str] = []
 
         def flush() -> None:
             for row, (benchmark, nodeid) in zip(_parse_all(texts), heads):  # the rows first: zip takes no head
                 # past the chunk's last row
+                verbatim.append(type(row) is dict and bool(row) and "nodeid" not in row)
                 row = parse(row)
                 row["nodeid"] = nodeid
                 out[benchmark].append(row)
@@ -82,21 +101,45 @@ class RowSpool:
             if len(texts) >= PARSE_CHUNK:
                 flush()
         flush()
-        self._benchmarks, self._nodeids = [], []
+        self._drained = len(self._nodeids)
         for rows in out.values():
             rows.sort(key=itemgetter("nodeid"))
         self.count = 0
         return dict(out)
 
     def _lines(self) -> Iterator[str]:
-        if self._fd is not None:
-            self.close()
+        if self._fd is not None and self._size > self._read_at:
             with open(self.path, encoding="utf-8", errors="surrogatepass") as handle:
+                handle.seek(self._read_at)
                 yield from handle
-            self.path.unlink(missing_ok=True)
-            self._size = 0
+            self._read_at = self._size
         lines, self._texts = self._texts, []
         yield from lines
+
+    def lines(self, benchmark: str, rows: list[dict]) -> Iterable[dict | bytes]:
+        """A benchmark's drained ``rows`` (in node id order, as the session sorts them) for the rows file: each
+        row whose spool line is its recorded text, in ASCII, that the parse gave back whole (no node id of its
+        own), as that line with ``"nodeid"`` added as its last key, the bytes :func:`json.dumps` would write for
+        the row with compact separators; any other row (a resumed run's, one kept in memory) as itself."""
+        indices = [i for i, name in enumerate(self._benchmarks[:self._drained]) if name == benchmark]
+        indices.sort(key=self._nodeids.__getitem__)  # stable, as the rows were sorted
+        if self._fd is None or len(indices) != len(rows):
+            return rows
+        return self._lines_of(rows, indices)
+
+    def _lines_of(self, rows: list[dict], indices: list[int]) -> Iterator[dict | bytes]:
+        encode = json.JSONEncoder().encode  # a node id as dumps writes it (ASCII)
+        with open(self.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            for row, i in zip(rows, indices):
+                offset = self._offsets[i]
+                if offset < 0 or not self._verbatim[i] or row.get("nodeid") is not self._nodeids[i]:
+                    yield row
+                    continue
+                line = view[offset:offset + self._lengths[i]]
+                if line.endswith(b"}\n") and line.isascii():
+                    yield b"".join((line[:-2], b',"nodeid":', encode(self._nodeids[i]).encode("ascii"), b"}\n"))
+                else:
+                    yield row
 
     def __bool__(self) -> bool:
         return self.count > 0
