@@ -17,7 +17,6 @@ row again.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import sys
 from array import array
@@ -129,13 +128,14 @@ class RowSpool:
 
     def _lines_of(self, rows: list[dict], indices: list[int]) -> Iterator[dict | bytes]:
         encode = json.JSONEncoder().encode  # a node id as dumps writes it (ASCII)
-        with open(self.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        with open(self.path, "rb") as handle:  # read a line at a time: a map of the file would count in the RSS
+            fd = handle.fileno()
             for row, i in zip(rows, indices):
                 offset = self._offsets[i]
                 if offset < 0 or not self._verbatim[i] or row.get("nodeid") is not self._nodeids[i]:
                     yield row
                     continue
-                line = view[offset:offset + self._lengths[i]]
+                line = os.pread(fd, self._lengths[i], offset)
                 if line.endswith(b"}\n") and line.isascii():
                     yield b"".join((line[:-2], b',"nodeid":', encode(self._nodeids[i]).encode("ascii"), b"}\n"))
                 else:
