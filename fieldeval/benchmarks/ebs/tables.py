@@ -143,7 +143,7 @@ def write_scored_blocks(columns: list[str], blocks: Iterable, path: Path) -> Non
                 handle.writelines("\t".join(map(tsv_cell, line)) + "\n" for line in lines)
 
 
-WRITE_ROWS = 10_000  # rows of a scored table formatted at once
+WRITE_ROWS = 2_500  # rows of a scored table formatted at once
 
 
 def _cells(column) -> list[str]:
@@ -251,7 +251,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
     if rows and not any("hyperparameters" in row for row in rows):  # a block of rows at a time: no frame of them all
-        blocks = (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS]).reindex(columns=columns))
+        blocks = (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS], columns=columns))
                   for start in range(0, len(rows), WRITE_ROWS))
         write_scored_blocks(columns, blocks, path)
         return [path]
