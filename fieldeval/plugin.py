@@ -26,7 +26,8 @@ from fieldeval.benchmark import benchmarks, case_ids
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.run.lean import ReportReleaser, release_deselected, release_items, release_syrupy_items, slim_items
+from fieldeval.run.lean import (ReportReleaser, release_deselected, release_items, release_syrupy_items, slim_items,
+                                trim_heap)
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -464,6 +465,7 @@ def pytest_sessionfinish(session: pytest.Session):
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     if state.eval_items >= FREEZE_ABOVE_ITEMS:
+        trim_heap()  # the finished items' free memory back to the system before the rows come in
         state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)
         gc.freeze()
     state.finish(session.exitstatus)

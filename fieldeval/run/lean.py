@@ -20,10 +20,14 @@ or for pytest-split's ``--store-durations``, which read them at the end.
 :func:`slim_items` drops the fixture request pytest builds for every collected
 item at collection (pytest builds it again when the item runs and drops it
 after, as it does for every item).
+
+:func:`trim_heap` hands the C heap's free pages back to the system as the
+session ends, before its rows are parsed.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -221,6 +225,22 @@ def release_items(session: pytest.Session, eval_items: int) -> bool:
     return True
 
 
-__all__ = ["PASSED", "FinishedItem", "ItemReleaser", "ReportReleaser", "keeps_passed_reports",
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``); whether it could.
+
+    The items let go of during the run leave free memory that stays resident (30 MB at 100,000 items,
+    which the session's end then adds its rows to). A C library without ``malloc_trim`` (musl, macOS)
+    is left alone.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+
+
+__all__ = ["PASSED", "FinishedItem", "ItemReleaser", "ReportReleaser", "keeps_passed_reports", "trim_heap",
            "release_deselected", "release_items", "release_report", "release_syrupy_items", "restore_summary",
            "slim_items"]
