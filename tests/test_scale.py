@@ -202,16 +202,16 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
 
     rows = [("ebs", f"t.py::t[c{n:03d}]", {"benchmark": "ebs", "n": n, "text": "tab\there \u2603"})
             for n in (5, 1, 9, 3, 7, 0, 8, 2, 6, 4)]
-    real_write, writes = os.write, []
+    real_write, writes = os.pwrite, []
 
-    def write(fd, data):  # the fourth line finds the disk full after half of it went out
+    def write(fd, data, offset):  # the fourth line finds the disk full after half of it went out
         writes.append(data)
         if len(writes) == 4:
-            real_write(fd, data[: len(data) // 2])
+            real_write(fd, data[: len(data) // 2], offset)
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
+        return real_write(fd, data, offset)
 
-    monkeypatch.setattr(spool_module.os, "write", write)
+    monkeypatch.setattr(spool_module.os, "pwrite", write)
     monkeypatch.setattr(spool_module, "PARSE_CHUNK", 3)  # rows parsed over several chunks, the last one short
     spool = spool_module.RowSpool(tmp_path)
     for bench, nodeid, row in rows:
@@ -230,6 +230,15 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
         (json.dumps(row, separators=(",", ":")) + "\n").encode() if row["n"] in (5, 1, 9) else row["n"]
         for row in drained["ebs"]]  # the bytes json.dumps writes for the row, node id last
     assert list(spool.lines("ebs", drained["ebs"][1:])) == drained["ebs"][1:]  # rows it did not drain: as they are
+    # the disk has room again: later rows go to the file after its whole lines, and are read from there
+    for n in (12, 10, 11):
+        spool.add("ebs", f"t.py::t[c{n:03d}]", json.dumps({"benchmark": "ebs", "n": n}, separators=(",", ":")))
+    later = spool.drain(dict)["ebs"]
+    assert [r["n"] for r in later] == [10, 11, 12]
+    every = sorted(drained["ebs"] + later, key=lambda r: r["nodeid"])
+    assert [line if type(line) is bytes else line["n"] for line in spool.lines("ebs", every)] == [
+        (json.dumps(row, separators=(",", ":")) + "\n").encode() if row["n"] in (5, 1, 9, 10, 11, 12) else row["n"]
+        for row in every]
 
 
 def _scored_rows(tiny_index, items: int) -> list[dict]:

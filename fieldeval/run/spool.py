@@ -60,7 +60,8 @@ class RowSpool:
                 if self._fd is None:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 data = line.encode("utf-8", "surrogatepass")
-                if os.write(self._fd, data) == len(data):
+                # written after the whole lines, wherever a cut-off write left the descriptor's position
+                if os.pwrite(self._fd, data, self._size) == len(data):
                     self._offsets.append(self._size)
                     self._lengths.append(len(data))
                     self._size += len(data)
