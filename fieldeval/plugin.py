@@ -273,26 +273,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state.start_solvers(eval_items)
     release_deselected(session.config)
     if len(eval_items) >= FREEZE_ABOVE_ITEMS:
-        if not is_xdist_worker(session.config):
-            _import_end_modules()
         slim_items(session.items)
         release_syrupy_items(session, len(eval_items))
         release_items(session, len(eval_items))
         gc.collect()  # no garbage of collection's is frozen for the whole run
         gc.freeze()
-
-
-def _import_end_modules() -> None:
-    """Import now what the session's end imports (interval quantiles, the summary's tables, the store's
-    fallback): after a long run their files are no longer in the page cache, and at 100,000 items their
-    first import took seconds after the last item. Frozen with the collected objects, they cost nothing later."""
-    import rich.console  # noqa: F401  (the terminal summary's tables)
-    import rich.table  # noqa: F401
-    import scipy.special  # noqa: F401  (fieldeval.stats: Student's t quantiles)
-
-    import fieldeval.run.shards  # noqa: F401
-    import fieldeval.run.summary  # noqa: F401
-    import fieldeval.store.pending  # noqa: F401
 
 
 def _lighten_json_report(config: pytest.Config, *extra: str) -> None:
