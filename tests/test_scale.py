@@ -239,6 +239,8 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
     assert [line if type(line) is bytes else line["n"] for line in spool.lines("ebs", every)] == [
         (json.dumps(row, separators=(",", ":")) + "\n").encode() if row["n"] in (5, 1, 9, 10, 11, 12) else row["n"]
         for row in every]
+    spool.discard()  # the rows file is written: the spool's disk is free again, its rows are given as they are
+    assert not (tmp_path / spool_module.SPOOL_FILE).exists() and list(spool.lines("ebs", every)) == every
 
 
 def _scored_rows(tiny_index, items: int) -> list[dict]:

@@ -548,9 +548,11 @@ class EvalSession:
 
     def row_lines(self) -> Iterator[dict | bytes]:
         """Every row for the rows file, by benchmark and then node id: as its spool line where that is the row's
-        own JSON (:meth:`~fieldeval.run.spool.RowSpool.lines`), else as the row."""
+        own JSON (:meth:`~fieldeval.run.spool.RowSpool.lines`), else as the row. The spool file goes once they
+        have all been given."""
         for name in sorted(self.rows):
             yield from self._spool.lines(name, self.sorted_rows(name))
+        self._spool.discard()
 
     def item_property(self, tag: tuple[str, str]) -> tuple[str, str]:
         """The ``user_properties`` entry that marks an eval item of (benchmark, model): one shared tuple each."""

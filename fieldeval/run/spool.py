@@ -151,6 +151,14 @@ class RowSpool:
             os.close(self._fd)
             self._fd = None
 
+    def discard(self) -> None:
+        """Close and remove the file once the rows file is written (its lines are read no more): the disk it
+        took is free again for the run's store. Rows drained later come from memory alone."""
+        self.close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+        self._offsets = array("q", [-1]) * len(self._offsets)
+
 
 PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
 
