@@ -8,10 +8,10 @@ parsed row then shares). :meth:`RowSpool.drain` parses them once, when the
 session ends, into dicts ordered by node id. A run of 100,000 items holds none
 of its rows while it runs, and its cyclic collector never walks them.
 
-The file stays until the session folder goes: :meth:`RowSpool.lines` gives the
+The file stays until the rows file is written: :meth:`RowSpool.lines` gives the
 rows file (``rows.jsonl``) each row as its line of the spool, the compact JSON
 text its item recorded with its node id added, instead of encoding the parsed
-row again.
+row again; :meth:`RowSpool.discard` then removes it.
 """
 
 from __future__ import annotations
