@@ -241,6 +241,8 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
         for row in every]
     spool.discard()  # the rows file is written: the spool's disk is free again, its rows are given as they are
     assert not (tmp_path / spool_module.SPOOL_FILE).exists() and list(spool.lines("ebs", every)) == every
+    spool.add("ebs", "t.py::t[c013]", json.dumps({"benchmark": "ebs", "n": 13}))  # a late row: kept in memory
+    assert [r["n"] for r in spool.drain(dict)["ebs"]] == [13] and not (tmp_path / spool_module.SPOOL_FILE).exists()
 
 
 def _scored_rows(tiny_index, items: int) -> list[dict]:

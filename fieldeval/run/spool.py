@@ -153,11 +153,11 @@ class RowSpool:
 
     def discard(self) -> None:
         """Close and remove the file once the rows file is written (its lines are read no more): the disk it
-        took is free again for the run's store. Rows drained later come from memory alone."""
+        took is free again for the run's store. Rows added later are kept in memory."""
         self.close()
         if self.path is not None:
             self.path.unlink(missing_ok=True)
-        self._offsets = array("q", [-1]) * len(self._offsets)
+            self.path = None
 
 
 PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
