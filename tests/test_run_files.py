@@ -71,8 +71,8 @@ def test_store_gets_item_counts_and_every_failed_item(project, monkeypatch):
 
     seen = []
     original = RunStore.save_run
-    monkeypatch.setattr(RunStore, "save_run", lambda self, payload, rows, meta=None: (
-        seen.append(meta), original(self, payload, rows, meta))[1])
+    monkeypatch.setattr(RunStore, "save_run", lambda self, payload, rows, meta=None, **kwargs: (
+        seen.append(meta), original(self, payload, rows, meta, **kwargs))[1])
     monkeypatch.setenv("FIELDEVAL_STORE", str(project.path / "reports" / "fieldeval.db"))
     result = project.runpytest(*ARGS, "-p", "no:xdist")
     result.assert_outcomes(passed=3, failed=1)

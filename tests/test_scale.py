@@ -67,6 +67,47 @@ def test_the_rows_file_holds_every_recorded_row(project):
     assert "trimmed" not in report and len(report["tests"]) == 4
 
 
+STAGE_SPY = """
+import fieldeval.store.stage
+from fieldeval.store.stage import ResponseStage
+
+fieldeval.store.stage.STAGE_CHUNK = 2  # the first two rows are built and written while the items run
+
+copy_into = ResponseStage.copy_into
+
+
+def spy(self, *args):
+    with open("stage-used.txt", "a") as out:
+        out.write(str(self.path) + "\\n")
+    return copy_into(self, *args)
+
+
+ResponseStage.copy_into = spy
+"""
+
+
+def test_a_session_builds_its_store_rows_while_it_runs_and_stores_them_in_node_id_order(project):
+    """With a SQLite store the session's store rows are built a chunk at a time while its items run, and copied
+    into the store once (fieldeval.store.stage): the run's stored responses are its rows file's rows, in node id
+    order, and the stage's scratch file is gone afterwards."""
+    import sqlite3
+    from pathlib import Path
+
+    project.makepyfile(stage_spy=STAGE_SPY)
+    _, report = run(project, "--cache", "off", "-p", "stage_spy")
+    used = (project.path / "stage-used.txt").read_text().split()
+    assert len(used) == 1 and not Path(used[0]).exists()
+    lines = (project.path / "reports" / report["evals_rows"]["path"]).read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    with sqlite3.connect(project.path / "reports" / "fieldeval.db") as conn:
+        stored = conn.execute("SELECT corpus_item_id, raw_response, json_extract(metrics, '$.ontology_score') "
+                              "FROM evaluation_responses WHERE run_id = ? ORDER BY response_id",
+                              (report["evals"]["run_id"],)).fetchall()
+    assert len(rows) == 3
+    assert [row["nodeid"] for row in rows] == sorted(row["nodeid"] for row in rows)
+    assert stored == [(row["case_id"], row["response_text"], row["ontology_score"]) for row in rows]
+
+
 def test_above_the_limit_the_report_keeps_only_items_that_did_not_pass(project, monkeypatch):
     _, full = run(project, "--cache", "off", "--run-id", "run_0000000f")
     monkeypatch.setenv("FIELDEVAL_REPORT_TESTS_LIMIT", "2")

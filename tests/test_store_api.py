@@ -371,3 +371,93 @@ def test_response_rows_are_stored_as_sqlalchemys_own_insert_stores_them(store, m
                   for run in ("run_3b9e204a", "run_reference")}
     assert len(stored["run_3b9e204a"]) == 5
     assert stored["run_3b9e204a"] == stored["run_reference"]
+
+
+def _staged_rows() -> tuple[dict, list[tuple[str, str, str]], dict]:
+    """An IBF and an EBS run's rows as their items report them (benchmark, node id, recorded JSON text), in an
+    arrival order that is not node id order, with the values the store converts: falsy and missing ids, a
+    present-but-null key, a NUL and a lone surrogate, non-ASCII, a row's own ``scored_at`` and ``nodeid``."""
+    payload, rows = ibf_run(SEED_RUNS[0], items=7)
+    ebs_payload, ebs = ebs_run("unused", {"ebs-baseline": 0.5})
+    payload["benchmarks"].update(ebs_payload["benchmarks"])
+    ibf = rows["ibf"]
+    ibf[0]["scored_at"] = "2026-05-29T10:14:03.25+02:00"
+    ibf[1].update(case_id="", cached=None, prompt_tokens=None)
+    ibf[2].update(response_text="nul \x00 and a lone \ud800", est_cost_usd=None)
+    ibf[3].update(response_text="forêt tropicale ✓", case_id=0, item_id="item-3")
+    ibf[4]["nodeid"] = "its own node id"
+    ibf[5]["impact_reasoning"] = 2.5  # banker's rounding to the declared small integer
+    reported = [(row["benchmark"], f"evals/test_{row['benchmark']}.py::test[{name}]", json.dumps(row))
+                for row, name in [*zip(ibf, ["g", "c", "a", "f", "b", "e", "d"]), *zip(ebs["ebs"], ["z", "x", "y"])]]
+    return payload, reported, {"completed_at": "2026-05-29T08:27:11Z"}
+
+
+def _as_the_session_parses(reported: list[tuple[str, str, str]]) -> dict[str, list[dict]]:
+    rows: dict[str, list[dict]] = {}
+    for bench, nodeid, text in reported:
+        rows.setdefault(bench, []).append({**json.loads(text), "nodeid": nodeid})
+    return {bench: sorted(found, key=lambda r: r["nodeid"]) for bench, found in rows.items()}
+
+
+def _stored_responses(store, run_id: str) -> list[tuple]:
+    columns = [c for c in store.tables.evaluation_responses.c if c.name not in ("response_id", "run_id")]
+    with store.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(
+            sa.select(*columns).where(store.tables.evaluation_responses.c.run_id == run_id)
+            .order_by(store.tables.evaluation_responses.c.response_id))]
+
+
+def _stage_in_chunks(stage, reported: list[tuple[str, str, str]], size: int) -> None:
+    """Hand the stage parsed rows, a chunk at a time, in arrival order."""
+    for start in range(0, len(reported), size):
+        chunk: dict[str, list[dict]] = {}
+        for bench, nodeid, text in reported[start:start + size]:
+            chunk.setdefault(bench, []).append({**json.loads(text), "nodeid": nodeid})
+        stage.take(chunk)
+
+
+def test_a_run_built_while_it_ran_is_stored_as_row_by_row_storing_stores_it(store, tmp_path, monkeypatch):
+    """The stage (rows built a chunk at a time while the session runs, copied by one INSERT ... SELECT) against
+    the row-by-row insert of the same rows: every column, in the same order; a stage on PostgreSQL is not used."""
+    from fieldeval.store import stage as stage_module
+
+    monkeypatch.setattr(stage_module, "STAGE_CHUNK", 3)  # several chunks, the last one when the run is saved
+    copies = []
+    copy_into = stage_module.ResponseStage.copy_into
+    monkeypatch.setattr(stage_module.ResponseStage, "copy_into", lambda self, *a: copies.append(a) or copy_into(self, *a))
+    payload, reported, meta = _staged_rows()
+    stage = stage_module.ResponseStage(tmp_path / "stage.db", payload["run_id"], IBF_COLUMNS)
+    assert [stage.add(*row) for row in reported] == [False, False, True] * 3 + [False]
+    rows = _as_the_session_parses(reported)
+    store.save_run(payload, rows, meta, staged=stage)
+    store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
+
+    staged, reference = _stored_responses(store, payload["run_id"]), _stored_responses(store, "run_reference")
+    assert len(staged) == 10
+    assert staged == reference
+    # node id order (x, y, z), not arrival order (z, x, y): EBS's case_1, case_2, case_0 come first
+    assert [(r[0], r[2]) for r in staged[:4]] == [("ebs", "case_1"), ("ebs", "case_2"), ("ebs", "case_0"),
+                                                  ("ibf", "ci_0002")]
+    assert len(copies) == (store.engine.dialect.name == "sqlite")
+
+
+def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, tmp_path):
+    """A stage missing a row the session saves (a resumed run's), or one whose file cannot be written, leaves
+    the run to the row-by-row insert: every row is stored all the same."""
+    from fieldeval.store.stage import ResponseStage
+
+    payload, reported, meta = _staged_rows()
+    rows = _as_the_session_parses(reported)
+    partial = ResponseStage(tmp_path / "partial.db", payload["run_id"], IBF_COLUMNS)
+    _stage_in_chunks(partial, reported[1:], 4)
+    assert not partial.holds(payload["run_id"], rows)
+    store.save_run(payload, rows, meta, staged=partial)
+    broken = ResponseStage(tmp_path / "no such folder" / "stage.db", "run_broken", IBF_COLUMNS)
+    _stage_in_chunks(broken, reported, 4)
+    assert not broken.usable
+    store.save_run({**payload, "run_id": "run_broken"}, rows, meta, staged=broken)
+    store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
+    reference = _stored_responses(store, "run_reference")
+    assert len(reference) == 10
+    assert _stored_responses(store, payload["run_id"]) == reference
+    assert _stored_responses(store, "run_broken") == reference

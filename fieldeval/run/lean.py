@@ -22,12 +22,14 @@ item at collection (pytest builds it again when the item runs and drops it
 after, as it does for every item).
 
 :func:`trim_heap` hands the C heap's free pages back to the system as the
-session ends, before its rows are parsed.
+session ends, before its rows are parsed, and after each chunk of rows the
+store's stage builds while the items run.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -232,13 +234,21 @@ def trim_heap() -> bool:
     which the session's end then adds its rows to). A C library without ``malloc_trim`` (musl, macOS)
     is left alone.
     """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
+def _malloc_trim() -> Any:
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
-        return False
+        return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)
-    return True
+    return trim
 
 
 __all__ = ["PASSED", "FinishedItem", "ItemReleaser", "ReportReleaser", "keeps_passed_reports", "trim_heap",

@@ -63,6 +63,7 @@ class EvalSession:
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._spool = RowSpool(session_dir)  # only the controller takes rows
+        self._stage: Any = None  # the store's rows built while the run goes (fieldeval.store.stage), SQLite only
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -205,6 +206,7 @@ class EvalSession:
             from fieldeval.store import check_store
 
             check_store(url, create=True)
+            self._start_stage(url)
         for flag, value in (("--resume", self.options.resume), ("--baseline-run", self.options.baseline_run)):
             if value and url is None:
                 raise UsageError(f"{flag} {value}: needs the run store that holds it; drop --store none")
@@ -219,6 +221,16 @@ class EvalSession:
             if bench.warm is not None:
                 models = self.models_for(name)
                 bench.warm(self.bench_options[name], list(dict.fromkeys(getattr(m, "model", m) for m in models)))
+
+    def _start_stage(self, url: str) -> None:
+        """Build the run's store rows while it runs when the store is a SQLite file (controller, with a session
+        folder; not for ``--resume``, whose stored rows the stage would not hold)."""
+        from fieldeval.store import declared_columns
+        from fieldeval.store.stage import STAGE_FILE, ResponseStage
+        from fieldeval.store.url import resolve_url
+
+        if self.session_dir is not None and not self.options.resume and resolve_url(url).get_backend_name() == "sqlite":
+            self._stage = ResponseStage(self.session_dir / STAGE_FILE, self.run_id, declared_columns())
 
     def expected_items(self) -> int:
         """Eval items the selected benchmarks will collect at most: cases x models (after :meth:`prepare`)."""
@@ -340,6 +352,7 @@ class EvalSession:
     def close(self) -> None:
         """Stop the solver threads, commit the cached responses and close the row spool."""
         self._spool.close()
+        self._drop_stage()
         if self._pool is not None:
             self._pool.stop()
         if self.client.cache is not None:
@@ -494,6 +507,10 @@ class EvalSession:
             for name, value in report.user_properties:
                 if name == ROW_KEY:  # to the spool as its JSON text, parsed once at the end (run.spool)
                     self._spool.add(key[0], report.nodeid, value)
+                    if self._stage is not None and self._stage.add(key[0], report.nodeid, value):
+                        from fieldeval.run.lean import trim_heap
+
+                        trim_heap()  # a chunk's passing memory back to the system, not left between the items'
         if report.when in ("call", "teardown") and self.eval_items > self.trim_limit:
             # the row is taken: neither the reports pytest keeps nor pytest-json-report hold a second copy of it
             report.user_properties = [(k, v) for k, v in report.user_properties if k != ROW_KEY]
@@ -724,9 +741,10 @@ class EvalSession:
             with open_store(url, columns=declared_columns()) as store, database_errors(store.url):
                 if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
                     store.delete_run(self.options.resume)
-                store.save_run(self.payload(), rows, meta)
+                store.save_run(self.payload(), rows, meta, staged=self._stage)
                 self._push_kept(store, url)
         except Exception as error:  # noqa: BLE001  (whatever the store says, the run must not be lost)
+            self._drop_stage()
             reason = " ".join(str(error).split()) or type(error).__name__
             try:
                 kept = keep_unstored(folder, url, self.payload(), rows, meta)
@@ -735,7 +753,13 @@ class EvalSession:
                         f"({write_error.strerror or write_error}); free the disk and run again")
             return (f"fieldeval: run {self.run_id} not stored ({reason}); kept in {kept}: store it with "
                     f"`fieldeval runs push {self.run_id} --store {redact(url)}` once the store is back")
+        self._drop_stage()
         return None
+
+    def _drop_stage(self) -> None:
+        """Remove the stage's file once the run is stored (or kept without it)."""
+        if self._stage is not None:
+            self._stage.discard()
 
     def _push_kept(self, store: Any, url: str) -> None:
         """Store the runs earlier sessions kept for this store (a failure leaves them for later)."""

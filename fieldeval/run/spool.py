@@ -88,7 +88,7 @@ class RowSpool:
         texts: list[str] = []
 
         def flush() -> None:
-            for row, (benchmark, nodeid) in zip(_parse_all(texts), heads):  # the rows first: zip takes no head
+            for row, (benchmark, nodeid) in zip(parse_texts(texts), heads):  # the rows first: zip takes no head
                 # past the chunk's last row
                 verbatim.append(type(row) is dict and bool(row) and "nodeid" not in row)
                 row = parse(row)
@@ -163,7 +163,7 @@ class RowSpool:
 PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
 
 
-def _parse_all(texts: list[str]) -> list:
+def parse_texts(texts: list[str]) -> list:
     """Each JSON text's value, parsed as one array when every text is one value (else one at a time)."""
     if not texts:
         return []
@@ -176,4 +176,4 @@ def _parse_all(texts: list[str]) -> list:
     return values
 
 
-__all__ = ["PARSE_CHUNK", "SPOOL_FILE", "RowSpool"]
+__all__ = ["PARSE_CHUNK", "SPOOL_FILE", "RowSpool", "parse_texts"]

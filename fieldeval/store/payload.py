@@ -18,7 +18,7 @@ from fieldeval.store.schema import utcnow
 ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
                "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at",
                "case_key", "cluster", "cluster_stratum"}
-_UNDECLARED = StoreColumns()
+UNDECLARED = StoreColumns()
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class FlatRun:
     metrics: list[dict[str, Any]]
     responses: ResponseRows
     errors: list[dict[str, Any]] = field(default_factory=list)
+    scored_at: Any = None  # the time of a response row that has none of its own
 
 
 @dataclass
@@ -260,7 +261,7 @@ def _taker(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
     return operator.itemgetter(*keys) if keys else (lambda row: ())
 
 
-def _response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
+def response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
                   response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
     """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None;
     ``metrics`` and ``row_extra`` (together, the row) encoded once as JSON text under :data:`JSON_TEXT`'s names,
@@ -318,7 +319,7 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     response_columns = {name: None for declared in columns.values() for name in declared.response}
 
     def response_rows() -> Iterator[dict[str, Any]]:
-        return (_response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], _UNDECLARED),
+        return (response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], UNDECLARED),
                               response_columns, scored_at)
                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], []))
 
@@ -355,4 +356,4 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         **_declared_run_values(bench_payload, columns),
     }
     return FlatRun(run_id, storable(run), storable(bench_rows), storable(_metric_rows(run_id, bench_payload)),
-                   responses, storable(_error_rows(run_id, meta.get("errors"))))
+                   responses, storable(_error_rows(run_id, meta.get("errors"))), scored_at)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -14,6 +15,9 @@ from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
 from fieldeval.store.payload import JSON_TEXT, flatten_run, metric_entries
 from fieldeval.store.schema import Tables, iso
+
+if TYPE_CHECKING:
+    from fieldeval.store.stage import ResponseStage
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def insert_responses(conn: Connection, table: sa.Table, batches: Iterable[list[d
                                       column_keys=[k for k in batch[0] if k not in JSON_TEXT.values()])
             names = list(compiled.positiontup)
             convert = [(position, processor) for position, name in enumerate(names)
-                       if (processor := _bind_processor(compiled.binds[name].type, conn.dialect)) is not None]
+                       if (processor := bind_processor(compiled.binds[name].type, conn.dialect)) is not None]
         rows = [[row[name] for name in names] for row in batch]
         for position, processor in convert:
             last = out = object()
@@ -134,7 +138,7 @@ def insert_responses(conn: Connection, table: sa.Table, batches: Iterable[list[d
         conn.exec_driver_sql(compiled.string, [tuple(values) for values in rows])
 
 
-def _bind_processor(type_: sa.types.TypeEngine, dialect: sa.engine.Dialect) -> Any:
+def bind_processor(type_: sa.types.TypeEngine, dialect: sa.engine.Dialect) -> Any:
     """What SQLAlchemy does to a value of ``type_`` before the driver gets it on ``dialect`` (None: nothing)."""
     return type_.dialect_impl(dialect).bind_processor(dialect)
 
@@ -152,6 +156,7 @@ class RunStore:
         payload: Mapping[str, Any],
         rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
         meta: Mapping[str, Any] | None = None,
+        staged: ResponseStage | None = None,
     ) -> str:
         """Store one eval session as an immutable run, in one transaction.
 
@@ -182,8 +187,12 @@ class RunStore:
         """
         flat = flatten_run(payload, rows_by_benchmark, meta or {}, self.columns)
         t = self.tables
+        if staged is not None and (self.engine.dialect.name != "sqlite" or (meta or {}).get("rows_from")
+                                   or not staged.holds(flat.run_id, rows_by_benchmark)):
+            staged = None
         try:
-            with self.engine.begin() as conn:
+            with self.engine.connect() as conn, staged.attached(conn) if staged else contextlib.nullcontext(), \
+                    conn.begin():
                 if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == flat.run_id)).first():
                     raise self._exists(flat.run_id)
                 run = dict(flat.run)
@@ -194,7 +203,9 @@ class RunStore:
                 conn.execute(t.evaluation_benchmarks.insert(), flat.benchmarks)
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
-                if flat.responses and not (meta or {}).get("rows_from"):
+                if staged:
+                    staged.copy_into(conn, t.evaluation_responses, flat.scored_at)
+                elif flat.responses and not (meta or {}).get("rows_from"):
                     insert_responses(conn, t.evaluation_responses, flat.responses.batches(INSERT_BATCH))
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
