@@ -449,6 +449,7 @@ def pytest_sessionfinish(session: pytest.Session):
     interrupts.shield()
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    state.flush_stage()  # the last chunk of store rows, before the rows are parsed (and the memory is at its most)
     if state.eval_items >= FREEZE_ABOVE_ITEMS:
         trim_heap()  # the finished items' free memory back to the system before the rows come in
         state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)

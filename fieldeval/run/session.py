@@ -756,6 +756,11 @@ class EvalSession:
         self._drop_stage()
         return None
 
+    def flush_stage(self) -> None:
+        """Build and write the store rows of the items that reported since the stage's last chunk."""
+        if self._stage is not None:
+            self._stage.flush()
+
     def _drop_stage(self) -> None:
         """Remove the stage's file once the run is stored (or kept without it)."""
         if self._stage is not None:

@@ -41,7 +41,7 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
     """What makes the numbers: models, bootstrap and clustering, ontology, corpora, benchmark options, gates,
     and every case of the suite (so a merge can tell when the shards' union lacks planned items)."""
     metas = {name: session.benchmark(name).run_meta(session.context(name)) for name in session.selected}
-    return json.loads(json.dumps({
+    settings = json.loads(json.dumps({
         "models": {name: session.models_for(name) for name in session.selected},
         "seed": session.options.seed,
         "resamples": session.options.resamples,
@@ -52,8 +52,9 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
         "fail_under": list(session.options.fail_under),
         "gate_on": session.options.gate_on,
         "cluster_by": session.options.cluster_by,
-        "cases": {name: case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected},
-    }, default=str))
+    }, default=str))  # plain JSON values; the case ids (texts already) are not copied through it (100,000 of them)
+    settings["cases"] = {name: case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected}
+    return settings
 
 
 def run_group_meta(session: EvalSession) -> dict[str, Any]:
