@@ -262,7 +262,7 @@ def _taker(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
 
 
 def response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
-                  response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
+                 response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
     """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None;
     ``metrics`` and ``row_extra`` (together, the row) encoded once as JSON text under :data:`JSON_TEXT`'s names,
     every text :func:`storable`."""
@@ -320,7 +320,7 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
 
     def response_rows() -> Iterator[dict[str, Any]]:
         return (response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], UNDECLARED),
-                              response_columns, scored_at)
+                             response_columns, scored_at)
                 for b in bench_rows for row in rows_by_benchmark.get(b["benchmark"], []))
 
     if meta.get("rows_from"):  # a merged run refers to its shards' stored rows
