@@ -442,8 +442,9 @@ def test_a_run_built_while_it_ran_is_stored_as_row_by_row_storing_stores_it(stor
 
 
 def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, tmp_path):
-    """A stage missing a row the session saves (a resumed run's), or one whose file cannot be written, leaves
-    the run to the row-by-row insert: every row is stored all the same."""
+    """A stage missing a row the session saves (a resumed run's), one whose file cannot be written, or one whose
+    file is gone by the time the run is saved, leaves the run to the row-by-row insert: every row is stored
+    all the same."""
     from fieldeval.store.stage import ResponseStage
 
     payload, reported, meta = _staged_rows()
@@ -456,8 +457,14 @@ def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, 
     _stage_in_chunks(broken, reported, 4)
     assert not broken.usable
     store.save_run({**payload, "run_id": "run_broken"}, rows, meta, staged=broken)
+    gone = ResponseStage(tmp_path / "gone.db", "run_gone", IBF_COLUMNS)  # built whole, then its file removed
+    _stage_in_chunks(gone, reported, 4)
+    assert gone.holds("run_gone", rows)
+    gone.close()
+    gone.path.unlink()
+    store.save_run({**payload, "run_id": "run_gone"}, rows, meta, staged=gone)
     store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
     reference = _stored_responses(store, "run_reference")
     assert len(reference) == 10
-    assert _stored_responses(store, payload["run_id"]) == reference
-    assert _stored_responses(store, "run_broken") == reference
+    for run_id in (payload["run_id"], "run_broken", "run_gone"):
+        assert _stored_responses(store, run_id) == reference

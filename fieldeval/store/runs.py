@@ -191,8 +191,8 @@ class RunStore:
                                    or not staged.holds(flat.run_id, rows_by_benchmark)):
             staged = None
         try:
-            with self.engine.connect() as conn, staged.attached(conn) if staged else contextlib.nullcontext(), \
-                    conn.begin():
+            with self.engine.connect() as conn, \
+                    staged.attached(conn) if staged else contextlib.nullcontext(False) as copy_staged, conn.begin():
                 if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == flat.run_id)).first():
                     raise self._exists(flat.run_id)
                 run = dict(flat.run)
@@ -203,7 +203,7 @@ class RunStore:
                 conn.execute(t.evaluation_benchmarks.insert(), flat.benchmarks)
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
-                if staged:
+                if copy_staged:
                     staged.copy_into(conn, t.evaluation_responses, flat.scored_at)
                 elif flat.responses and not (meta or {}).get("rows_from"):
                     insert_responses(conn, t.evaluation_responses, flat.responses.batches(INSERT_BATCH))

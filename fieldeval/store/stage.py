@@ -135,13 +135,26 @@ class ResponseStage:
         return self.usable and self._engine is not None and run_id == self.run_id and counts == dict(self.counts)
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[None]:
-        """The stage attached to ``conn`` (a SQLite store's connection, before its transaction begins)."""
+    def attached(self, conn: Any) -> Iterator[bool]:
+        """The stage attached to ``conn`` (a SQLite store's connection, before its transaction begins); gives
+        whether it is, and holds every row it counted (a file gone or damaged since is not used: False)."""
+        import sqlite3
+
         self.close()
         raw = conn.connection.driver_connection
-        raw.execute(f"ATTACH DATABASE ? AS {SCHEMA}", (str(self.path),))
         try:
-            yield
+            raw.execute(f"ATTACH DATABASE ? AS {SCHEMA}", (str(self.path),))
+        except sqlite3.Error:
+            self.usable = False
+            yield False
+            return
+        try:
+            found = raw.execute(f"SELECT count(*) FROM {SCHEMA}.{self._table.name}").fetchone()[0]
+        except sqlite3.Error:
+            found = None
+        self.usable = found == sum(self.counts.values())
+        try:
+            yield self.usable
         finally:
             try:
                 raw.execute(f"DETACH DATABASE {SCHEMA}")
