@@ -261,6 +261,11 @@ def _taker(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple]:
     return operator.itemgetter(*keys) if keys else (lambda row: ())
 
 
+def declared_response_columns(columns: Mapping[str, StoreColumns]) -> dict[str, None]:
+    """Every benchmark's declared ``evaluation_responses`` columns, in order: what :func:`response_row` fills."""
+    return {name: None for declared in columns.values() for name in declared.response}
+
+
 def response_row(run_id: str, bench: str, row: Mapping[str, Any], declared: StoreColumns,
                  response_columns: Iterable[str], scored_at: Any) -> dict[str, Any]:
     """One ``evaluation_responses`` row: the benchmark's declared columns as integers, other benchmarks' None;
@@ -316,7 +321,7 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
     now = utcnow()
     bench_rows = _benchmark_rows(run_id, bench_payload, rows_by_benchmark, meta)
     scored_at = meta.get("completed_at") or now
-    response_columns = {name: None for declared in columns.values() for name in declared.response}
+    response_columns = declared_response_columns(columns)
 
     def response_rows() -> Iterator[dict[str, Any]]:
         return (response_row(run_id, b["benchmark"], row, columns.get(b["benchmark"], UNDECLARED),

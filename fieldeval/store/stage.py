@@ -23,9 +23,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fieldeval.store.payload import declared_response_columns
+
 STAGE_FILE = "responses.stage"
 STAGE_CHUNK = 2_000  # rows parsed, built and written at once (about 2 MB of texts waiting)
-STAGE_BATCH = 2_000  # rows per executemany
 SCHEMA = "fieldeval_stage"  # the stage's name while attached to the store's connection
 _ORDER = "stage_nodeid"  # the stage's own column: each row's node id, for the store's order
 
@@ -44,6 +45,7 @@ class ResponseStage:
         self.path = Path(path)
         self.run_id = run_id
         self.columns = columns
+        self._response_columns = declared_response_columns(columns)  # as flatten_run gives them to response_row
         self.counts: Counter[str] = Counter()  # rows staged by benchmark
         self.usable = True
         self._texts: list[tuple[str, str, str]] = []  # rows added since the last flush
@@ -94,17 +96,15 @@ class ResponseStage:
 
         if self._engine is None:
             self._open()
-        response_columns = {name: None for declared in self.columns.values() for name in declared.response}
         batch = []
         for benchmark, rows in rows_by_benchmark.items():
             declared = self.columns.get(benchmark, UNDECLARED)
             for row in rows:  # no scored_at of its own: the run's, when it is saved
-                out = response_row(self.run_id, benchmark, row, declared, response_columns, None)
+                out = response_row(self.run_id, benchmark, row, declared, self._response_columns, None)
                 out[_ORDER] = row["nodeid"]
                 batch.append(out)
         with self._engine.begin() as conn:
-            for start in range(0, len(batch), STAGE_BATCH):
-                insert_responses(conn, self._table, [batch[start:start + STAGE_BATCH]])
+            insert_responses(conn, self._table, [batch])  # a chunk: STAGE_CHUNK rows at most, from flush
         self.counts.update({benchmark: len(rows) for benchmark, rows in rows_by_benchmark.items()})
 
     def _open(self) -> None:
@@ -112,8 +112,7 @@ class ResponseStage:
 
         from fieldeval.store.schema import tables_with
 
-        responses = tables_with((), tuple(dict.fromkeys(
-            name for declared in self.columns.values() for name in declared.response))).evaluation_responses
+        responses = tables_with((), tuple(self._response_columns)).evaluation_responses
         self.path.unlink(missing_ok=True)
         engine = sa.create_engine(f"sqlite:///{self.path}")
 
