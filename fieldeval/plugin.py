@@ -502,9 +502,11 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     if state.disk_full is not None:
         exitstatus = SAVE_FAILED
     problem = None
+    # the store takes the run in a thread of its own while the files are written: its SQL runs outside the GIL
+    saving = state.start_save_run(exitstatus, files.folder) if state.has_results() else None
     try:
+        rows = files.write_rows(state.row_lines())  # beside the store's copy: it holds a line at a time
         tables = state.write_outputs(files.folder)
-        rows = files.write_rows(state.row_lines())
         json_plugin = getattr(config, "_json_report", None)
         report = getattr(json_plugin, "report", None)
         if report is not None:
@@ -524,8 +526,9 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         if not out_of_space(error):
             raise
         problem = full_disk_line("the report and tables", error)
-    if state.has_results():
-        problem = state.save_run(exitstatus, files.folder) or problem
+    finally:
+        stored = saving.result() if saving is not None else None  # waited for, whatever the files did
+    problem = stored or problem
     if state.eval_items >= FREEZE_ABOVE_ITEMS:
         gc.freeze()  # what the run built stays for the exit: no collection need walk it again
     return problem

@@ -70,9 +70,9 @@ def test_store_gets_item_counts_and_every_failed_item(project, monkeypatch):
     from fieldeval.store.runs import RunStore
 
     seen = []
-    original = RunStore.save_run
-    monkeypatch.setattr(RunStore, "save_run", lambda self, payload, rows, meta=None, **kwargs: (
-        seen.append(meta), original(self, payload, rows, meta, **kwargs))[1])
+    original = RunStore.save_flat  # what a session's store is handed, in its own thread
+    monkeypatch.setattr(RunStore, "save_flat", lambda self, flat, rows, meta=None, **kwargs: (
+        seen.append(meta), original(self, flat, rows, meta, **kwargs))[1])
     monkeypatch.setenv("FIELDEVAL_STORE", str(project.path / "reports" / "fieldeval.db"))
     result = project.runpytest(*ARGS, "-p", "no:xdist")
     result.assert_outcomes(passed=3, failed=1)

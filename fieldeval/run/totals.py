@@ -10,7 +10,7 @@ def model_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The report's ``totals`` of one model; cached items keep their original figures; None when unknown."""
 
     def total(key: str) -> float | None:
-        values = [r.get(key) for r in rows if r.get(key) is not None]
+        values = [value for value in [r.get(key) for r in rows] if value is not None]  # one look-up a row
         return round(sum(values), 6) if values else None
 
     return {"response_time_s": total("response_time_s"), "prompt_tokens": total("prompt_tokens"),

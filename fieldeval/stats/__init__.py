@@ -19,6 +19,7 @@ import functools
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from math import sqrt
 
 import numpy as np
@@ -65,7 +66,8 @@ class Design:
         keep = np.asarray(mask, dtype=bool)
         if keep.all():
             return self
-        pick = (lambda keys: None if keys is None else tuple(k for k, m in zip(keys, keep) if m))
+        kept = keep.tolist()  # Python bools: compress reads them without a numpy scalar per item
+        pick = (lambda keys: None if keys is None else tuple(compress(keys, kept)))
         sub = Design(pick(self.clusters), pick(self.strata))
         if self.clusters is not None:  # codes are ranks of sorted keys: the kept ranks, renumbered, are the subset's
             sub.__dict__["_codes"] = tuple(np.unique(codes[keep], return_inverse=True)[1].astype(np.int64).ravel()

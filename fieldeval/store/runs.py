@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
-from fieldeval.store.payload import JSON_TEXT, flatten_run, metric_entries
+from fieldeval.store.payload import JSON_TEXT, FlatRun, flatten_run, metric_entries
 from fieldeval.store.schema import Tables, iso
 
 if TYPE_CHECKING:
@@ -185,7 +185,14 @@ class RunStore:
             ...                {"label": "nightly", "corpus_version": {"ebs": "ebs-suite@3f2a"}})  # doctest: +SKIP
             'run_3b9e204a'
         """
-        flat = flatten_run(payload, rows_by_benchmark, meta or {}, self.columns)
+        return self.save_flat(flatten_run(payload, rows_by_benchmark, meta or {}, self.columns), rows_by_benchmark,
+                              meta, staged)
+
+    def save_flat(self, flat: FlatRun, rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
+                  meta: Mapping[str, Any] | None = None, staged: ResponseStage | None = None) -> str:
+        """The second half of :meth:`save_run`: store a run whose table rows are built already (``flat``, from
+        :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction. A session
+        builds them itself, then hands only the transaction to a thread of its own."""
         t = self.tables
         if staged is not None and (self.engine.dialect.name != "sqlite" or (meta or {}).get("rows_from")
                                    or not staged.holds(flat.run_id, rows_by_benchmark)):
