@@ -25,7 +25,7 @@ import pytest
 
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.calls.client import ModelClient, resolve_model
-from fieldeval.run.entries import benchmark_entries, by_nodeid
+from fieldeval.run.entries import benchmark_entries
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.calls.failures import failure_class
 from fieldeval.run.gates import check_gate, error_gates, gate_results
@@ -276,6 +276,7 @@ class EvalSession:
         """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
         for bench, rows in self.resumed_rows().items():
             self.rows[bench].extend(rows)
+            self._rows[bench].sort(key=itemgetter("nodeid"))  # the rows by benchmark are always in node id order
 
     # --- the call engine: solvers in one bounded pool ----------------------------------------
 
@@ -559,9 +560,12 @@ class EvalSession:
         """Every recorded row by benchmark, in node id order: the items' rows wait in the session's spool
         (:mod:`fieldeval.run.spool`) while it runs and are parsed here, once, when first read after new ones came."""
         if self._spool:
-            for name, rows in self._spool.drain(self._shared).items():
-                self._rows[name].extend(rows)
-                self._rows[name].sort(key=itemgetter("nodeid"))  # after a --resume's stored rows, or rows parsed earlier
+            for name, rows in self._spool.drain(self._shared).items():  # each in node id order
+                if self._rows[name]:  # after a --resume's stored rows, or rows parsed earlier
+                    self._rows[name].extend(rows)
+                    self._rows[name].sort(key=itemgetter("nodeid"))
+                else:
+                    self._rows[name] = rows
         return self._rows
 
     def row_lines(self) -> Iterator[dict | bytes]:
@@ -588,8 +592,9 @@ class EvalSession:
         return bool(self.selected) and not self.config.option.collectonly
 
     def sorted_rows(self, benchmark: str) -> list[dict]:
-        """A benchmark's rows in a stable order, whatever order the workers finished in."""
-        return by_nodeid(self.rows.get(benchmark, []))
+        """A benchmark's rows in a stable order, whatever order the workers finished in: node id order, which
+        :attr:`rows` keeps (a copy of its list)."""
+        return list(self.rows.get(benchmark, []))
 
     def error_lines(self) -> list[str]:
         """One line per model with errors: the count and the most common reasons."""
