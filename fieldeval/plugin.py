@@ -503,7 +503,12 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         exitstatus = SAVE_FAILED
     problem = None
     # the store takes the run in a thread of its own while the files are written: its SQL runs outside the GIL
-    saving = state.start_save_run(exitstatus, files.folder) if state.has_results() else None
+    saving, unsaved = None, None
+    if state.has_results():
+        try:
+            saving = state.start_save_run(exitstatus, files.folder)
+        except Exception as error:  # noqa: BLE001  (raised again once the files are written: they come first)
+            unsaved = error
     try:
         rows = files.write_rows(state.row_lines())  # beside the store's copy: it holds a line at a time
         tables = state.write_outputs(files.folder)
@@ -528,6 +533,8 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         problem = full_disk_line("the report and tables", error)
     finally:
         stored = saving.result() if saving is not None else None  # waited for, whatever the files did
+    if unsaved is not None:
+        raise unsaved
     problem = stored or problem
     if state.eval_items >= FREEZE_ABOVE_ITEMS:
         gc.freeze()  # what the run built stays for the exit: no collection need walk it again
