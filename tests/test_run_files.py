@@ -84,18 +84,21 @@ def test_store_gets_item_counts_and_every_failed_item(project, monkeypatch):
                                "message": "no response after 1 request(s): provider exploded"}]
 
 
+@pytest.mark.slow  # end to end, in a subprocess: once in CI (-m slow)
 def test_the_run_files_are_written_when_building_its_store_rows_fails(project, monkeypatch):
     """The store's rows are built before the files are written (its transaction then runs beside them): a failure
     there still leaves the rows file, the table and the report of every item, as when the store came after them."""
-    from fieldeval.run import session
+    project.makepyfile(break_git="""
+        from fieldeval.run import session
 
-    def broken(root):
-        raise RuntimeError("the run's settings could not be read")
+        def broken(root):
+            raise RuntimeError("the run's settings could not be read")
 
-    monkeypatch.setattr(session, "_git_commit", broken)  # part of the run's store rows, built before the files
+        session._git_commit = broken  # part of the run's store rows, built before the files
+    """)
     monkeypatch.setenv("FIELDEVAL_STORE", str(project.path / "reports" / "fieldeval.db"))
-    result = project.runpytest(*ARGS, "-p", "no:xdist", "--run-id", "run_000000f1")
-    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result = project.runpytest_subprocess(*ARGS, "-p", "break_git", "--run-id", "run_000000f1")
+    assert result.ret != pytest.ExitCode.OK  # a crash of the session's end, reported as one
     assert "the run's settings could not be read" in result.stdout.str() + result.stderr.str()
     folder = project.path / "reports" / "runs" / "run_000000f1"
     assert len((folder / "rows.jsonl").read_text().splitlines()) == 3  # the three scored items (one failed)
