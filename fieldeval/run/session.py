@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,6 +36,9 @@ from fieldeval.run.progress import Progress
 from fieldeval.run.runfiles import trim_limit
 from fieldeval.run.spool import RowSpool
 from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresholds, tool_settings
+
+if TYPE_CHECKING:
+    from fieldeval.store.payload import FlatRun
 
 ROW_KEY = "fieldeval.row"
 ITEM_KEY = "fieldeval.item"
@@ -750,7 +753,7 @@ class EvalSession:
         }
         rows = {name: self.sorted_rows(name) for name in self.rows}
         try:
-            flat: Any = flatten_run(self.payload(), rows, meta, declared_columns())
+            flat: FlatRun | Exception = flatten_run(self.payload(), rows, meta, declared_columns())
         except Exception as error:  # noqa: BLE001  (reported as the store's refusal: the run is kept)
             flat = error
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fieldeval-store")
@@ -759,8 +762,9 @@ class EvalSession:
         return future
 
     def _store_run(self, url: str, folder: Path, rows: dict[str, list[dict]], meta: dict[str, Any],
-                   flat: Any) -> str | None:
-        """The store's part of :meth:`start_save_run`: one transaction, or the run kept for ``runs push``."""
+                   flat: FlatRun | Exception) -> str | None:
+        """The store's part of :meth:`start_save_run`: one transaction, or the run kept for ``runs push`` (also
+        when building ``flat`` failed: its error is the store's refusal)."""
         from fieldeval.store import declared_columns, open_store
         from fieldeval.store.pending import keep_unstored
         from fieldeval.store.url import database_errors, redact
