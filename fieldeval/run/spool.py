@@ -8,10 +8,12 @@ parsed row then shares). :meth:`RowSpool.drain` parses them once, when the
 session ends, into dicts ordered by node id. A run of 100,000 items holds none
 of its rows while it runs, and its cyclic collector never walks them.
 
-The file stays until the rows file is written: :meth:`RowSpool.lines` gives the
-rows file (``rows.jsonl``) each row as its line of the spool, the compact JSON
-text its item recorded with its node id added, instead of encoding the parsed
-row again; :meth:`RowSpool.discard` then removes it.
+A row recorded as a compact JSON object in ASCII (what ``record`` writes) goes
+to the spool with its node id added as its last key: its line is then its line
+of the rows file (``rows.jsonl``) as it is. The file stays until the rows file
+is written: :meth:`RowSpool.lines` gives the rows file those lines straight from
+the spool, consecutive ones a span of the file at a time, instead of encoding
+the parsed rows again; :meth:`RowSpool.discard` then removes it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import os
 import sys
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
@@ -44,7 +46,7 @@ class RowSpool:
         self._nodeids: list[str] = []  # object, which the parsed row then shares)
         self._offsets = array("q")  # each line's place in the file (-1: kept in memory) and its bytes
         self._lengths = array("q")
-        self._verbatim = bytearray()  # 1: the line is its parsed row's own compact JSON (see lines), once drained
+        self._verbatim = bytearray()  # 1: the line is its row's line of the rows file, node id included (see lines)
         self._drained = 0  # lines parsed by earlier drains
         self._read_at = 0  # where the file's undrained lines start
         self.count = 0
@@ -53,7 +55,12 @@ class RowSpool:
         """One row: its benchmark, its item's node id and the JSON object ``record`` wrote."""
         self._benchmarks.append(sys.intern(benchmark))
         self._nodeids.append(nodeid)
-        line = text.replace("\n", " ") + "\n"  # a newline can only be whitespace between a JSON text's tokens
+        line = text.replace("\n", " ")  # a newline can only be whitespace between a JSON text's tokens
+        whole = len(line) > 2 and line[0] == "{" and line[-1] == "}" and line.isascii() and '"nodeid"' not in line
+        if whole:  # the row's own line of the rows file: its node id as its last key, as json.dumps writes it
+            line = f"{line[:-1]},\"nodeid\":{_encode(nodeid)}}}"
+        self._verbatim.append(whole)
+        line += "\n"
         self.count += 1
         if self.path is not None and not self._texts:
             try:
@@ -84,13 +91,11 @@ class RowSpool:
         out: defaultdict[str, list[dict]] = defaultdict(list)
         start = self._drained
         heads = zip(self._benchmarks[start:], self._nodeids[start:])
-        verbatim = self._verbatim
         texts: list[str] = []
 
         def flush() -> None:
             for row, (benchmark, nodeid) in zip(parse_texts(texts), heads):  # the rows first: zip takes no head
                 # past the chunk's last row
-                verbatim.append(type(row) is dict and bool(row) and "nodeid" not in row)
                 row = parse(row)
                 row["nodeid"] = nodeid
                 out[benchmark].append(row)
@@ -117,10 +122,10 @@ class RowSpool:
         yield from lines
 
     def lines(self, benchmark: str, rows: list[dict]) -> Iterable[dict | bytes]:
-        """A benchmark's drained ``rows`` (in node id order, as the session sorts them) for the rows file: each
-        row whose spool line is its recorded text, in ASCII, that the parse gave back whole (no node id of its
-        own), as that line with ``"nodeid"`` added as its last key, the bytes :func:`json.dumps` would write for
-        the row with compact separators; any other row (a resumed run's, one kept in memory) as itself."""
+        """A benchmark's drained ``rows`` (in node id order, as the session sorts them) for the rows file: rows whose
+        spool line is their rows-file line (see :meth:`add`) as bytes of the file, the lines of rows that follow
+        each other in the file read as one span (at most :data:`SPAN_BYTES`); any other row (a resumed run's,
+        one kept in memory, one not recorded as a compact JSON object in ASCII) as itself, to be encoded."""
         indices = [i for i, name in enumerate(self._benchmarks[:self._drained]) if name == benchmark]
         indices.sort(key=self._nodeids.__getitem__)  # stable, as the rows were sorted
         if self._fd is None or len(indices) != len(rows):
@@ -128,19 +133,32 @@ class RowSpool:
         return self._lines_of(rows, indices)
 
     def _lines_of(self, rows: list[dict], indices: list[int]) -> Iterator[dict | bytes]:
-        encode = json.JSONEncoder().encode  # a node id as dumps writes it (ASCII)
-        with open(self.path, "rb") as handle:  # read a line at a time: a map of the file would count in the RSS
+        offsets, lengths, verbatim, nodeids = self._offsets, self._lengths, self._verbatim, self._nodeids
+        with open(self.path, "rb") as handle:  # read a span at a time: a map of the file would count in the RSS
             fd = handle.fileno()
+            span: list[dict] = []  # the rows of the pending span of the file, from start to end
+            start = end = -1
             for row, i in zip(rows, indices):
-                offset = self._offsets[i]
-                if offset < 0 or not self._verbatim[i] or row.get("nodeid") is not self._nodeids[i]:
+                offset = offsets[i]
+                if offset < 0 or not verbatim[i] or row.get("nodeid") is not nodeids[i]:
+                    if span:
+                        yield from _span(fd, start, end, span)
+                        span = []
                     yield row
                     continue
-                line = os.pread(fd, self._lengths[i], offset)
-                if line.endswith(b"}\n") and line.isascii():
-                    yield b"".join((line[:-2], b',"nodeid":', encode(self._nodeids[i]).encode("ascii"), b"}\n"))
-                else:
-                    yield row
+                if span and (offset != end or end - start >= SPAN_BYTES):
+                    yield from _span(fd, start, end, span)
+                    span = []
+                if not span:
+                    start = end = offset
+                span.append(row)
+                end += lengths[i]
+            if span:
+                yield from _span(fd, start, end, span)
+
+    def counts(self) -> Counter[str]:
+        """The rows added since the last drain, by benchmark."""
+        return Counter(self._benchmarks[self._drained:])
 
     def __bool__(self) -> bool:
         return self.count > 0
@@ -161,6 +179,18 @@ class RowSpool:
 
 
 PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
+SPAN_BYTES = 1 << 20  # the most of the spool file the rows file takes at once
+_encode = json.JSONEncoder().encode  # a node id as json.dumps writes it (ASCII)
+
+
+def _span(fd: int, start: int, end: int, rows: list[dict]) -> Iterator[dict | bytes]:
+    """The spool file's bytes from ``start`` to ``end``: the rows-file lines of ``rows``; the rows themselves if
+    the file gives less (it was cut short since)."""
+    data = os.pread(fd, end - start, start)
+    if len(data) == end - start and data.endswith(b"}\n"):
+        yield data
+    else:
+        yield from rows
 
 
 def parse_texts(texts: list[str]) -> list:
