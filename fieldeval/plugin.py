@@ -450,13 +450,18 @@ def pytest_sessionfinish(session: pytest.Session):
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     state.flush_stage()  # the last chunk of store rows, before the rows are parsed (and the memory is at its most)
-    if state.eval_items >= FREEZE_ABOVE_ITEMS:
-        trim_heap()  # the finished items' free memory back to the system before the rows come in
-        state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)
-        gc.freeze()
-    state.finish(session.exitstatus)
-    _drop_idle_hypothesis_plugin(session, state)
-    payload = state.payload()
+    state.begin_store()  # the staged responses go into the store while the rows are parsed and aggregated
+    try:
+        if state.eval_items >= FREEZE_ABOVE_ITEMS:
+            trim_heap()  # the finished items' free memory back to the system before the rows come in
+            state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)
+            gc.freeze()
+        state.finish(session.exitstatus)
+        _drop_idle_hypothesis_plugin(session, state)
+        payload = state.payload()
+    except BaseException:
+        state.abandon_store()
+        raise
     if any(not gate["passed"] for gate in payload["gates"]) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     # only errored eval items failed, and --max-errors allows them
@@ -472,7 +477,10 @@ def pytest_sessionfinish(session: pytest.Session):
     finally:
         if allowed:  # again after the other plugins' sessionfinish: some OR the original status back in
             session.exitstatus = pytest.ExitCode.OK
-        problem = _save_session(config, state, files, int(session.exitstatus))
+        try:
+            problem = _save_session(config, state, files, int(session.exitstatus))
+        finally:
+            state.abandon_store()  # a run not handed over by now never will be: the store's thread ends
         lines = list(dict.fromkeys(p for p in (state.disk_full, problem) if p))
         if lines:  # one line, whatever went wrong
             sys.stderr.write("; ".join([lines[0], *(line.removeprefix("fieldeval: ") for line in lines[1:])]) + "\n")
@@ -510,7 +518,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
         except Exception as error:  # noqa: BLE001  (raised again once the files are written: they come first)
             unsaved = error
     try:
-        rows = files.write_rows(state.row_lines())  # beside the store's copy: it holds a line at a time
+        rows = files.write_rows(state.row_lines())  # beside the store's commit: it holds a span at a time
         tables = state.write_outputs(files.folder)
         json_plugin = getattr(config, "_json_report", None)
         report = getattr(json_plugin, "report", None)

@@ -27,9 +27,9 @@ from tests.ebs_project import ARGS, make_project
 
 BREAK_STORE_CONFTEST = '''
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session):
-    """The store goes down after the last item, before the run is saved."""
+    """The store goes down after the last item, before the session begins to save the run."""
     import os
 
     import psycopg
@@ -40,6 +40,7 @@ def pytest_sessionfinish(session):
     if os.environ.get("BREAK_SQLITE"):
         os.rename(os.environ["BREAK_SQLITE"], os.environ["BREAK_SQLITE"] + ".away")
         os.makedirs(os.environ["BREAK_SQLITE"])  # a folder where the database was: it cannot be opened
+    return (yield)
 
 
 def pytest_runtest_teardown(item):

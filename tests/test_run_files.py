@@ -67,21 +67,19 @@ def test_collect_only_writes_no_report(project):
 
 
 def test_store_gets_item_counts_and_every_failed_item(project, monkeypatch):
-    from fieldeval.store.runs import RunStore
+    from fieldeval.store import open_store
 
-    seen = []
-    original = RunStore.save_flat  # what a session's store is handed, in its own thread
-    monkeypatch.setattr(RunStore, "save_flat", lambda self, flat, rows, meta=None, **kwargs: (
-        seen.append(meta), original(self, flat, rows, meta, **kwargs))[1])
-    monkeypatch.setenv("FIELDEVAL_STORE", str(project.path / "reports" / "fieldeval.db"))
-    result = project.runpytest(*ARGS, "-p", "no:xdist")
+    store = project.path / "reports" / "fieldeval.db"
+    monkeypatch.setenv("FIELDEVAL_STORE", str(store))
+    result = project.runpytest(*ARGS, "-p", "no:xdist", "--run-id", "run_000000e4")
     result.assert_outcomes(passed=3, failed=1)
-    (meta,) = seen
-    assert (meta["items_planned"], meta["items_done"], meta["items_errored"]) == (4, 4, 1)
-    assert meta["errors"] == [{"benchmark": "ebs", "model": "fake-ebs",
-                               "item": "evals/test_ebs.py::test_ebs[forest_biome-case003-fake-ebs]",
-                               "error_class": "RuntimeError",
-                               "message": "no response after 1 request(s): provider exploded"}]
+    with open_store(str(store)) as opened:
+        run = opened.get_run("run_000000e4")
+    assert (run["items_planned"], run["items_done"], run["items_errored"], run["responses"]) == (4, 4, 1, 3)
+    assert run["errors"] == [{"benchmark": "ebs", "model": "fake-ebs",
+                              "item_id": "evals/test_ebs.py::test_ebs[forest_biome-case003-fake-ebs]",
+                              "error_class": "RuntimeError",
+                              "message": "no response after 1 request(s): provider exploded"}]
 
 
 @pytest.mark.slow  # end to end, in a subprocess: once in CI (-m slow)

@@ -441,6 +441,61 @@ def test_a_run_built_while_it_ran_is_stored_as_row_by_row_storing_stores_it(stor
     assert len(copies) == (store.engine.dialect.name == "sqlite")
 
 
+def test_a_run_whose_responses_are_copied_before_its_other_rows_are_built_is_stored_whole(store, tmp_path,
+                                                                                            monkeypatch):
+    """A session's store copies the staged responses first and only then asks for the run's other rows (what the
+    aggregates give): the stored run is what save_run stores for the same rows. A run whose other rows cannot be
+    built leaves nothing in the store, its copied responses included; a stage that does not hold the run's rows
+    is not used, and the rows built are inserted instead."""
+    from fieldeval.store import declared_columns
+    from fieldeval.store.payload import flatten_run
+    from fieldeval.store.stage import ResponseStage
+
+    payload, reported, meta = _staged_rows()
+    rows = _as_the_session_parses(reported)
+    counts = {name: len(r) for name, r in rows.items()}
+    flat = flatten_run(payload, rows, meta, declared_columns())
+    events = []
+    copy_into = ResponseStage.copy_into
+    monkeypatch.setattr(ResponseStage, "copy_into", lambda self, *a: events.append("copy") or copy_into(self, *a))
+
+    def built():
+        events.append("build")
+        return flat
+
+    stage = ResponseStage(tmp_path / "stage.db", payload["run_id"], IBF_COLUMNS)
+    _stage_in_chunks(stage, reported, 4)
+    if store.engine.dialect.name != "sqlite":  # a stage is for a SQLite store only: the rows built are inserted
+        store.save_staged(stage, payload["run_id"], flat.scored_at, counts, built)
+        store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
+        assert _stored_responses(store, payload["run_id"]) == _stored_responses(store, "run_reference")
+        return
+
+    def fails():
+        raise RuntimeError("the aggregates failed")
+
+    with pytest.raises(RuntimeError, match="the aggregates failed"):
+        store.save_staged(stage, payload["run_id"], flat.scored_at, counts, fails)
+    assert _stored_count(store, payload["run_id"]) == 0 and payload["run_id"] not in [r.run_id for r in store.list_runs()]
+    events.clear()
+    store.save_staged(stage, payload["run_id"], flat.scored_at, counts, built)
+    store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
+    assert events == ["copy", "build"]
+    assert len(_stored_responses(store, payload["run_id"])) == 10
+    assert _stored_responses(store, payload["run_id"]) == _stored_responses(store, "run_reference")
+    partial = ResponseStage(tmp_path / "partial.db", "run_partial", IBF_COLUMNS)
+    _stage_in_chunks(partial, reported[1:], 4)
+    store.save_staged(partial, "run_partial", flat.scored_at, counts,
+                      lambda: flatten_run({**payload, "run_id": "run_partial"}, rows, meta, declared_columns()))
+    assert _stored_responses(store, "run_partial") == _stored_responses(store, "run_reference")
+
+
+def _stored_count(store, run_id: str) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(store.tables.evaluation_responses)
+                            .where(store.tables.evaluation_responses.c.run_id == run_id)).scalar()
+
+
 def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, tmp_path):
     """A stage missing a row the session saves (a resumed run's), one whose file cannot be written, or one whose
     file is gone by the time the run is saved, leaves the run to the row-by-row insert: every row is stored
@@ -451,7 +506,7 @@ def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, 
     rows = _as_the_session_parses(reported)
     partial = ResponseStage(tmp_path / "partial.db", payload["run_id"], IBF_COLUMNS)
     _stage_in_chunks(partial, reported[1:], 4)
-    assert not partial.holds(payload["run_id"], rows)
+    assert not partial.holds(payload["run_id"], {name: len(r) for name, r in rows.items()})
     store.save_run(payload, rows, meta, staged=partial)
     broken = ResponseStage(tmp_path / "no such folder" / "stage.db", "run_broken", IBF_COLUMNS)
     _stage_in_chunks(broken, reported, 4)
@@ -459,7 +514,7 @@ def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, 
     store.save_run({**payload, "run_id": "run_broken"}, rows, meta, staged=broken)
     gone = ResponseStage(tmp_path / "gone.db", "run_gone", IBF_COLUMNS)  # built whole, then its file removed
     _stage_in_chunks(gone, reported, 4)
-    assert gone.holds("run_gone", rows)
+    assert gone.holds("run_gone", {name: len(r) for name, r in rows.items()})
     gone.close()
     gone.path.unlink()
     store.save_run({**payload, "run_id": "run_gone"}, rows, meta, staged=gone)

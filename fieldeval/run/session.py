@@ -68,6 +68,9 @@ class EvalSession:
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._spool = RowSpool(session_dir)  # only the controller takes rows
         self._stage: Any = None  # the store's rows built while the run goes (fieldeval.store.stage), SQLite only
+        self._saving: Future | None = None  # the store's thread, once started (begin_store, start_save_run)
+        self._handoff: Future | None = None  # what start_save_run hands a thread begin_store started
+        self.completed_at: str | None = None  # when the session began to end (the store's completed_at)
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -725,11 +728,33 @@ class EvalSession:
         """
         return self.start_save_run(exitstatus, folder).result()
 
+    def begin_store(self) -> None:
+        """Start storing the run as the session ends, once the stage's last chunk is flushed, when a stage holds its
+        responses (a SQLite store): a thread of its own copies them into the store while the session parses and
+        aggregates its rows (the copy runs outside the GIL), then waits for the run's other rows, which
+        :meth:`start_save_run` hands it. Without a stage the store's thread starts there; so it does with
+        ``--baseline-run``, whose comparison reads the store meanwhile (the copy holds the store's write lock,
+        which opening a store takes too)."""
+        url = self.store_url()
+        if (self._stage is None or url is None or self._saving is not None or not self.has_results()
+                or self.options.baseline_run):
+            return
+        self.completed_at = _now()
+        counts = Counter({name: len(rows) for name, rows in self._rows.items()}) + self._spool.counts()
+        self._handoff = Future()
+        self._saving = _in_thread(self._store_run, url, dict(counts), self._handoff)
+
+    def abandon_store(self) -> None:
+        """Let the store's thread that :meth:`begin_store` started end without storing the run (the session ends
+        before it could hand the run over): its transaction is rolled back."""
+        if self._handoff is not None and not self._handoff.done():
+            self._handoff.set_exception(_Abandoned())
+
     def start_save_run(self, exitstatus: int, folder: Path) -> Future:
-        """:meth:`save_run`, begun now: the run's table rows are built here, then its store takes them in a
-        thread of its own; the future gives what :meth:`save_run` returns. The controller writes the run's files
-        meanwhile: the store's statements and its commit run outside the GIL (at 100,000 items, about 2 s
-        that no longer add to the files' time)."""
+        """:meth:`save_run`, begun now: the run's table rows are built here and handed to the store's thread (the
+        one :meth:`begin_store` started, else one started now); the future gives what :meth:`save_run` returns.
+        The controller writes the run's files meanwhile: the store's statements and its commit run outside the
+        GIL (at 100,000 items, about 2 s that no longer add to the files' time)."""
         url = self.store_url()
         if url is None:
             return _done(None)
@@ -737,49 +762,69 @@ class EvalSession:
         from fieldeval.store import declared_columns
         from fieldeval.store.payload import flatten_run
 
-        metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
-        meta = {
-            "label": self.options.run_label,
-            "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
-            "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
-            "git_commit": _git_commit(self.config.rootpath),
-            "status": self.status if self.status != "running" else self.run_status(exitstatus),
-            "completed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **run_group_meta(self),
-            "items_planned": sum(self.progress.planned.values()),
-            "items_done": sum(self.progress.done.values()),
-            "items_errored": sum(self.progress.errors.values()),
-            "errors": self.failed_items,
-        }
-        rows = {name: self.sorted_rows(name) for name in self.rows}
+        try:
+            metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
+            meta = {
+                "label": self.options.run_label,
+                "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
+                "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
+                "git_commit": _git_commit(self.config.rootpath),
+                "status": self.status if self.status != "running" else self.run_status(exitstatus),
+                "completed_at": self.completed_at or _now(),
+                **run_group_meta(self),
+                "items_planned": sum(self.progress.planned.values()),
+                "items_done": sum(self.progress.done.values()),
+                "items_errored": sum(self.progress.errors.values()),
+                "errors": self.failed_items,
+            }
+            rows = {name: self.sorted_rows(name) for name in self.rows}
+        except BaseException:
+            self.abandon_store()
+            raise
+        self.completed_at = meta["completed_at"]
         try:
             flat: FlatRun | Exception = flatten_run(self.payload(), rows, meta, declared_columns())
         except Exception as error:  # noqa: BLE001  (reported as the store's refusal: the run is kept)
             flat = error
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fieldeval-store")
-        future = pool.submit(self._store_run, url, folder, rows, meta, flat)
-        pool.shutdown(wait=False)  # the thread ends with its one task
-        return future
+        handoff = self._handoff if self._handoff is not None else Future()
+        handoff.set_result((folder, rows, meta, flat))
+        if self._saving is None:
+            self._saving = _in_thread(self._store_run, url, {name: len(r) for name, r in rows.items()}, handoff)
+        return self._saving
 
-    def _store_run(self, url: str, folder: Path, rows: dict[str, list[dict]], meta: dict[str, Any],
-                   flat: FlatRun | Exception) -> str | None:
-        """The store's part of :meth:`start_save_run`: one transaction, or the run kept for ``runs push`` (also
-        when building ``flat`` failed: its error is the store's refusal)."""
+    def _store_run(self, url: str, counts: dict[str, int], handoff: Future) -> str | None:
+        """The store's thread: one transaction, or the run kept for ``runs push`` (also when building its rows
+        failed: that error is the store's refusal). ``handoff`` gives the run's folder, rows, meta and table rows
+        (:meth:`start_save_run`); with a stage, its responses are copied before they come (``counts`` of them)."""
         from fieldeval.store import declared_columns, open_store
         from fieldeval.store.pending import keep_unstored
         from fieldeval.store.url import database_errors, redact
 
-        try:
+        def built() -> FlatRun:
+            flat = handoff.result()[3]
             if isinstance(flat, Exception):
                 raise flat
+            return flat
+
+        try:
             with open_store(url, columns=declared_columns()) as store, database_errors(store.url):
-                if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
-                    store.delete_run(self.options.resume)
-                store.save_flat(flat, rows, meta, staged=self._stage)
+                if self._stage is not None:
+                    store.save_staged(self._stage, self.run_id, self.completed_at, counts, built)
+                else:
+                    flat, (_, rows, meta, _) = built(), handoff.result()
+                    if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
+                        store.delete_run(self.options.resume)
+                    store.save_flat(flat, rows, meta)
                 self._push_kept(store, url)
+        except _Abandoned:
+            return None
         except Exception as error:  # noqa: BLE001  (whatever the store says, the run must not be lost)
             self._drop_stage()
             reason = " ".join(str(error).split()) or type(error).__name__
+            try:
+                folder, rows, meta, _ = handoff.result()
+            except _Abandoned:
+                return None
             try:
                 kept = keep_unstored(folder, url, self.payload(), rows, meta)
             except OSError as write_error:
@@ -816,6 +861,22 @@ class EvalSession:
                 continue
             if reporter is not None:
                 reporter.write_line(f"fieldeval: stored {run.run_id}, kept by an earlier session")
+
+
+class _Abandoned(Exception):
+    """The session ended before it handed its run to the store's thread (see :meth:`EvalSession.abandon_store`)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _in_thread(function: Callable[..., Any], *args: Any) -> Future:
+    """``function(*args)`` in a thread of its own, which ends with it."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fieldeval-store")
+    future = pool.submit(function, *args)
+    pool.shutdown(wait=False)
+    return future
 
 
 def _done(value: Any) -> Future:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -191,17 +191,35 @@ class RunStore:
     def save_flat(self, flat: FlatRun, rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
                   meta: Mapping[str, Any] | None = None, staged: ResponseStage | None = None) -> str:
         """The second half of :meth:`save_run`: store a run whose table rows are built already (``flat``, from
-        :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction. A session
-        builds them itself, then hands only the transaction to a thread of its own."""
-        t = self.tables
+        :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction."""
         if staged is not None and (self.engine.dialect.name != "sqlite" or (meta or {}).get("rows_from")
-                                   or not staged.holds(flat.run_id, rows_by_benchmark)):
+                                   or not staged.holds(flat.run_id, {n: len(r) for n, r in rows_by_benchmark.items()})):
             staged = None
+        return self._save(flat.run_id, flat.scored_at, lambda: flat, meta, staged)
+
+    def save_staged(self, staged: ResponseStage, run_id: str, scored_at: Any, counts: Mapping[str, int],
+                    build: Callable[[], FlatRun]) -> str:
+        """Store a session's run whose responses ``staged`` holds (``counts`` of them by benchmark), as
+        :meth:`save_flat` stores ``build()``, in one transaction that copies the responses first: a session starts
+        it in a thread of its own as it ends, and the copy runs while ``build`` still waits for the session's
+        aggregates. A stage that does not hold the run's rows is not used (``build()``'s rows are inserted)."""
+        usable = self.engine.dialect.name == "sqlite" and staged.holds(run_id, counts)
+        return self._save(run_id, scored_at, build, None, staged if usable else None)
+
+    def _save(self, run_id: str, scored_at: Any, build: Callable[[], FlatRun], meta: Mapping[str, Any] | None,
+              staged: ResponseStage | None) -> str:
+        """One run in one transaction: the staged responses first (their run's row comes later: foreign keys are
+        checked at the commit), then ``build()``'s rows. ``meta``: :meth:`save_run`'s (``rows_from``)."""
+        t = self.tables
         try:
             with self.engine.connect() as conn, \
                     staged.attached(conn) if staged else contextlib.nullcontext(False) as copy_staged, conn.begin():
-                if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == flat.run_id)).first():
-                    raise self._exists(flat.run_id)
+                if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == run_id)).first():
+                    raise self._exists(run_id)
+                if copy_staged:
+                    conn.exec_driver_sql("PRAGMA defer_foreign_keys = ON")  # until this transaction's end
+                    staged.copy_into(conn, t.evaluation_responses, scored_at)
+                flat = build()
                 run = dict(flat.run)
                 if len(run["models"]) == 1:
                     run["model_id"] = conn.execute(sa.select(t.models.c.model_id).where(
@@ -210,20 +228,18 @@ class RunStore:
                 conn.execute(t.evaluation_benchmarks.insert(), flat.benchmarks)
                 if flat.metrics:
                     conn.execute(t.evaluation_metrics.insert(), flat.metrics)
-                if copy_staged:
-                    staged.copy_into(conn, t.evaluation_responses, flat.scored_at)
-                elif flat.responses and not (meta or {}).get("rows_from"):
+                if not copy_staged and flat.responses and not (meta or {}).get("rows_from"):
                     insert_responses(conn, t.evaluation_responses, flat.responses.batches(INSERT_BATCH))
                 if flat.errors:
                     conn.execute(t.evaluation_errors.insert(), flat.errors)
         except sa.exc.IntegrityError:  # a concurrent writer stored the same run id first
             with self.engine.connect() as conn:
                 stored = conn.execute(sa.select(t.evaluations.c.run_id).where(
-                    t.evaluations.c.run_id == flat.run_id)).first()
+                    t.evaluations.c.run_id == run_id)).first()
             if stored:
-                raise self._exists(flat.run_id) from None
+                raise self._exists(run_id) from None
             raise
-        return flat.run_id
+        return run_id
 
     def _exists(self, run_id: str) -> UsageError:
         """The error for saving a run id twice."""

@@ -127,10 +127,11 @@ class ResponseStage:
         self._table.create(engine)
         self._engine = engine
 
-    def holds(self, run_id: str, rows_by_benchmark: Mapping[str, Sequence[Any]]) -> bool:
-        """Whether the stage holds exactly these rows of this run (once the rows added last are flushed)."""
+    def holds(self, run_id: str, counts: Mapping[str, int]) -> bool:
+        """Whether the stage holds exactly this run's rows, ``counts`` of them by benchmark (once the rows added
+        last are flushed)."""
         self.flush()
-        counts = {name: len(rows) for name, rows in rows_by_benchmark.items() if rows}
+        counts = {name: n for name, n in counts.items() if n}
         return self.usable and self._engine is not None and run_id == self.run_id and counts == dict(self.counts)
 
     @contextlib.contextmanager
