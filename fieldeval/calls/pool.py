@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +199,7 @@ class SolverPool:
         threads: how many solvers this process runs at once (its share of ``--concurrency``).
     """
 
-    def __init__(self, board: Board, jobs: dict[str, Job], threads: int) -> None:
+    def __init__(self, board: Board, jobs: MutableMapping[str, Job], threads: int) -> None:
         self.board = board
         self.jobs = jobs
         self.pid = os.getpid()

@@ -14,7 +14,7 @@ import secrets
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from operator import itemgetter
@@ -291,13 +291,13 @@ class EvalSession:
         process's share of the solver threads (see :mod:`fieldeval.calls.pool`)."""
         from fieldeval.calls.pool import Board, SolverClient, SolverPool
 
-        jobs: dict[str, Callable[[], Any]] = {}
         clients: dict[str, SolverClient] = {}
-        for item, name, solver, callspec in _solver_items(items):
+        planned: dict[str, pytest.Item] = {}
+        for item, name, _solver, _callspec in _solver_items(items):
             if name not in clients:
                 clients[name] = SolverClient(self.client, self.context(name))
-            jobs[item.nodeid] = functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"],
-                                                  callspec.params["model"], clients[name])
+            planned[item.nodeid] = item
+        jobs = _SolverJobs(planned, self._cases_of, clients)
         if not jobs:
             return
         board = self.client.board
@@ -901,6 +901,36 @@ _DISTINCT: dict = {}  # the mark of such a field
 
 
 __all__ = ["EvalSession"]
+
+
+class _SolverJobs(MutableMapping):
+    """Node id -> the solver call of that eval item (what :class:`~fieldeval.calls.pool.SolverPool` runs), made
+    when the pool asks for it: the mapping holds the items, which the session holds anyway until they have run,
+    not a call each (about 17 MB at 100,000 items, for the whole run)."""
+
+    def __init__(self, items: dict[str, pytest.Item], cases_of: Callable[[str], Any], clients: dict[str, Any]) -> None:
+        self._items = items
+        self._cases_of = cases_of
+        self._clients = clients
+
+    def __getitem__(self, key: str) -> Callable[[], Any]:
+        item = self._items[key]
+        marker = item.get_closest_marker(MARKER)
+        name, params = marker.kwargs["benchmark"], item.callspec.params
+        return functools.partial(_solve_at, marker.kwargs["solver"], self._cases_of(name), params["case"],
+                                 params["model"], self._clients[name])
+
+    def __setitem__(self, key: str, job: Callable[[], Any]) -> None:
+        raise TypeError("an eval item's solver call is made from the item; none is set")
+
+    def __delitem__(self, key: str) -> None:
+        del self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def _solve_at(solver: Callable[..., Any], cases: Any, position: Any, model: str, client: Any) -> Any:
