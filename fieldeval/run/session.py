@@ -491,8 +491,10 @@ class EvalSession:
     @pytest.hookimpl(tryfirst=True)  # before pytest-json-report reads the teardown report's properties
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Take the rows, errors and progress an item's report carries (controller only)."""
-        if hasattr(self.config, "workerinput") or self.status != "running":  # workers send reports on; the
-            return  # run is what finished before the session began to finish (late xdist reports are left out)
+        # workers send reports on; the run is what finished before the session began to finish (late xdist
+        # reports are left out): once the store's thread copies the stage (begin_store), no row joins it
+        if hasattr(self.config, "workerinput") or self.status != "running" or self._handoff is not None:
+            return
         props = dict(report.user_properties)
         if ITEM_KEY not in props:
             return
