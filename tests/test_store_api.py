@@ -476,7 +476,8 @@ def test_a_run_whose_responses_are_copied_before_its_other_rows_are_built_is_sto
 
     with pytest.raises(RuntimeError, match="the aggregates failed"):
         store.save_staged(stage, payload["run_id"], flat.scored_at, counts, fails)
-    assert _stored_count(store, payload["run_id"]) == 0 and payload["run_id"] not in [r.run_id for r in store.list_runs()]
+    assert _stored_count(store, payload["run_id"]) == 0
+    assert payload["run_id"] not in [r.run_id for r in store.list_runs()]
     events.clear()
     store.save_staged(stage, payload["run_id"], flat.scored_at, counts, built)
     store.save_run({**payload, "run_id": "run_reference"}, rows, meta)
