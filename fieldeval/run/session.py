@@ -916,11 +916,9 @@ class _SolverJobs(MutableMapping):
         self._clients = clients
 
     def __getitem__(self, key: str) -> Callable[[], Any]:
-        item = self._items[key]
-        marker = item.get_closest_marker(MARKER)
-        name, params = marker.kwargs["benchmark"], item.callspec.params
-        return functools.partial(_solve_at, marker.kwargs["solver"], self._cases_of(name), params["case"],
-                                 params["model"], self._clients[name])
+        _, name, solver, callspec = next(_solver_items([self._items[key]]))
+        return functools.partial(_solve_at, solver, self._cases_of(name), callspec.params["case"],
+                                 callspec.params["model"], self._clients[name])
 
     def __setitem__(self, key: str, job: Callable[[], Any]) -> None:
         raise TypeError("an eval item's solver call is made from the item; none is set")
