@@ -207,6 +207,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # item runs, so a process holds the cases of the items it runs, not the whole suite
         cases = bench.cases(state.context(bench.name))
         ids = case_ids(cases)
+        if "model" in metafunc.fixturenames and _parametrize_jointly(metafunc, ids, state.models_for(bench.name),
+                                                                      designed=state.options.designed):
+            return
         metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
         models = state.models_for(bench.name)
@@ -214,6 +217,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("model", models, ids=[m.test_id for m in models])
         else:
             metafunc.parametrize("model", models)
+
+
+def _parametrize_jointly(metafunc: pytest.Metafunc, ids: list[str], models: list, *, designed: bool) -> bool:
+    """Parametrise ``case`` and ``model`` in one call, with the node ids and parameters two calls give.
+
+    Two calls build a callspec for every case and then copy each one per model: at 100,000 cases the first
+    100,000 callspecs are alive beside the second, and the process's memory after collection is about 20 MB
+    more. Returns False, having done nothing, where one call could name an item otherwise than two: ids that
+    repeat (pytest tells them apart per call), a model that is not a non-empty text (pytest names it by its
+    position) or a plugin's ``pytest_make_parametrize_id``.
+    """
+    if designed:  # combinations: their ids as the second call gives them
+        model_ids = [str(model.test_id) for model in models]
+    elif all(isinstance(model, str) and model for model in models):
+        model_ids = models
+    else:
+        return False
+    if metafunc.config.hook.pytest_make_parametrize_id.get_hookimpls():
+        return False
+    joint = [f"{case}-{model}" for case in ids for model in model_ids]
+    if len(set(joint)) != len(joint):
+        return False
+    # case-major, as the second call copies each case's callspec once per model
+    metafunc.parametrize(["case", "model"], [(at, model) for at in range(len(ids)) for model in models], ids=joint,
+                         indirect=["case"])
+    return True
 
 
 @pytest.hookimpl(trylast=True)

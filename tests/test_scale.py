@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.ebs_project import SUITE, make_project, run
+from tests.ebs_project import FAKE_CONFTEST, SUITE, make_project, run
 
 
 @pytest.fixture
@@ -51,6 +51,57 @@ def test_items_keep_their_ids_and_hold_case_positions(project):
     ids = [line for line in result.outlines if "::" in line]
     cases = _parse_suite(project.path / "suite.yaml")[2]
     assert ids == [f"evals/test_ebs.py::test_ebs[{case.test_id}-fake-ebs]" for case in cases]
+
+
+SECOND_MODEL = """
+
+class Umlaut(Fake):
+    model_id = "f\u00e4ke-2"
+
+
+class SecondPlugin:
+    @llm.hookimpl
+    def register_models(self, register):
+        register(Umlaut())
+
+
+llm.plugins.pm.register(SecondPlugin(), name="fake-umlaut-plugin")
+"""
+
+PARAMS_PROBE = """
+def pytest_collection_finish(session):
+    with open("params.txt", "w", encoding="utf-8") as out:
+        for item in session.items:
+            out.write(f"{item.nodeid} {item.callspec.params['case']} {item.callspec.params['model']}\\n")
+"""
+
+
+def _collected(project, *args) -> list[tuple[str, str, str]]:
+    project.runpytest_subprocess("evals", "--ebs-suite", "suite.yaml", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                 "-p", "params_probe", *args)
+    return [tuple(line.rsplit(" ", 2)) for line in (project.path / "params.txt").read_text("utf-8").splitlines()]
+
+
+def test_items_of_several_models_are_named_and_ordered_as_pytest_names_them(project):
+    """Each case with each model in turn, the ids as pytest writes them (its ASCII escapes for other letters), and
+    each item's parameters its case's position and its model; a plugin's ``pytest_make_parametrize_id`` names the
+    models as it does for any parameter."""
+    from fieldeval.benchmarks.ebs.suite import _parse_suite
+
+    project.path.joinpath("conftest.py").write_text(FAKE_CONFTEST + SECOND_MODEL, encoding="utf-8")
+    project.makepyfile(params_probe=PARAMS_PROBE)
+    cases = _parse_suite(project.path / "suite.yaml")[2]
+    models = [("fake-ebs", "fake-ebs"), ("f\u00e4ke-2", "f\\xe4ke-2")]  # (model, its id: pytest's escape)
+    expected = [(f"evals/test_ebs.py::test_ebs[{case.test_id}-{model_id}]", str(at), model)
+                for at, case in enumerate(cases) for model, model_id in models]
+    assert _collected(project, "--model", "fake-ebs", "--model", "f\u00e4ke-2") == expected
+    # a plugin's ids for the models' values: pytest asks it for every parameter without an id of its own
+    project.path.joinpath("conftest.py").write_text(
+        FAKE_CONFTEST + SECOND_MODEL + "\n\ndef pytest_make_parametrize_id(config, val, argname):\n"
+        "    return f'm_{len(val)}' if argname == 'model' else None\n", encoding="utf-8")
+    assert _collected(project, "--model", "fake-ebs", "--model", "f\u00e4ke-2") == [
+        (f"evals/test_ebs.py::test_ebs[{case.test_id}-m_{len(model)}]", str(at), model)
+        for at, case in enumerate(cases) for model, _ in models]
 
 
 def test_the_rows_file_holds_every_recorded_row(project):
