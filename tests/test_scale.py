@@ -77,6 +77,7 @@ def pytest_collection_finish(session):
 
 
 def _collected(project, *args) -> list[tuple[str, str, str]]:
+    (project.path / "params.txt").unlink(missing_ok=True)  # no earlier run's items
     project.runpytest_subprocess("evals", "--ebs-suite", "suite.yaml", "--collect-only", "-q", "-p", "no:cacheprovider",
                                  "-p", "params_probe", *args)
     return [tuple(line.rsplit(" ", 2)) for line in (project.path / "params.txt").read_text("utf-8").splitlines()]
