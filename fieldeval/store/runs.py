@@ -192,9 +192,9 @@ class RunStore:
                   meta: Mapping[str, Any] | None = None, staged: ResponseStage | None = None) -> str:
         """The second half of :meth:`save_run`: store a run whose table rows are built already (``flat``, from
         :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction."""
-        if staged is not None and (self.engine.dialect.name != "sqlite" or (meta or {}).get("rows_from")
-                                   or not staged.holds(flat.run_id, {n: len(r) for n, r in rows_by_benchmark.items()})):
+        if (meta or {}).get("rows_from"):  # a merged run's responses are its shards' rows: nothing is copied
             staged = None
+        staged = self._usable(staged, flat.run_id, {name: len(rows) for name, rows in rows_by_benchmark.items()})
         return self._save(flat.run_id, flat.scored_at, lambda: flat, meta, staged)
 
     def save_staged(self, staged: ResponseStage, run_id: str, scored_at: Any, counts: Mapping[str, int],
@@ -203,8 +203,14 @@ class RunStore:
         :meth:`save_flat` stores ``build()``, in one transaction that copies the responses first: a session starts
         it in a thread of its own as it ends, and the copy runs while ``build`` still waits for the session's
         aggregates. A stage that does not hold the run's rows is not used (``build()``'s rows are inserted)."""
-        usable = self.engine.dialect.name == "sqlite" and staged.holds(run_id, counts)
-        return self._save(run_id, scored_at, build, None, staged if usable else None)
+        return self._save(run_id, scored_at, build, None, self._usable(staged, run_id, counts))
+
+    def _usable(self, staged: ResponseStage | None, run_id: str, counts: Mapping[str, int]) -> ResponseStage | None:
+        """``staged`` when this store can copy from it (a SQLite file) and it holds exactly the run's rows, ``counts``
+        of them by benchmark; else None (the run's rows are inserted)."""
+        if staged is not None and self.engine.dialect.name == "sqlite" and staged.holds(run_id, counts):
+            return staged
+        return None
 
     def _save(self, run_id: str, scored_at: Any, build: Callable[[], FlatRun], meta: Mapping[str, Any] | None,
               staged: ResponseStage | None) -> str:
