@@ -6,6 +6,8 @@ import json
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.ebs_project import FAKE_CONFTEST, SUITE, make_project, run
 
@@ -339,6 +341,44 @@ def test_the_row_spool_gives_every_row_back_in_node_id_order_even_when_the_disk_
     assert not (tmp_path / spool_module.SPOOL_FILE).exists() and list(spool.lines("ebs", every)) == every
     spool.add("ebs", "t.py::t[c013]", json.dumps({"benchmark": "ebs", "n": 13}))  # a late row: kept in memory
     assert [r["n"] for r in spool.drain(dict)["ebs"]] == [13] and not (tmp_path / spool_module.SPOOL_FILE).exists()
+
+
+def _typed(value):
+    """A JSON value with every number's type spelled out: 1, 1.0 and True are equal in Python, not in a row."""
+    if isinstance(value, dict):
+        return {key: _typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_typed(item) for item in value]
+    if isinstance(value, float) and value != value:
+        return ("float", "nan")
+    return (type(value).__name__, value)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+# what a fast parser may read otherwise or refuse: each is parsed beside plain rows, in a chunk of its own
+_AWKWARD_TEXTS = ['{"a":1,"a":2.0}', "[123456789012345678901234567890, -9223372036854775809, 18446744073709551616]",
+                  "[1e400, -1e400]", "[-0.0, 5e-324, 0.30000000000000004, 1E5, -0]", '"\\ud800 alone"',
+                  "[NaN, -Infinity]", '{"t": "\\u00e9\\t\\ud83d\\ude00 \u2603"}', '"\udc80 read with surrogatepass"']
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_JSON_VALUES, min_size=1, max_size=6), st.booleans())
+def test_the_spools_parse_gives_what_json_loads_gives(values, ascii_only):
+    from fieldeval.run.spool import parse_texts
+
+    texts = [json.dumps(value, ensure_ascii=ascii_only) for value in values]
+    assert _typed(parse_texts(texts)) == _typed([json.loads(text) for text in texts])
+
+
+@pytest.mark.parametrize("awkward", _AWKWARD_TEXTS)
+def test_the_spools_parse_reads_awkward_json_as_json_loads_does(awkward):
+    from fieldeval.run.spool import parse_texts
+
+    texts = ['{"n": 1, "x": 0.5}', awkward, '{"n": 2, "x": "two"}']
+    assert _typed(parse_texts(texts)) == _typed([json.loads(text) for text in texts])
 
 
 def encoded(row: dict) -> bytes:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
 
+import msgspec
+
 SPOOL_FILE = "rows.spool"
 
 
@@ -181,6 +183,7 @@ class RowSpool:
 PARSE_CHUNK = 2_000  # spooled rows parsed by one json.loads
 SPAN_BYTES = 1 << 20  # the most of the spool file the rows file takes at once
 _encode = json.JSONEncoder().encode  # a node id as json.dumps writes it (ASCII)
+_decode = msgspec.json.Decoder().decode
 
 
 def _span(fd: int, start: int, end: int, rows: list[dict]) -> Iterator[dict | bytes]:
@@ -194,13 +197,22 @@ def _span(fd: int, start: int, end: int, rows: list[dict]) -> Iterator[dict | by
 
 
 def parse_texts(texts: list[str]) -> list:
-    """Each JSON text's value, parsed as one array when every text is one value (else one at a time)."""
+    """Each JSON text's value, parsed as one array when every text is one value (else one at a time).
+
+    The array goes through msgspec's decoder, about twice as fast as :func:`json.loads` and with the same
+    values (integers of any size, correctly rounded floats, the last of repeated keys). What it refuses and
+    the standard library reads (``NaN``, ``1e400``, a lone surrogate) is read by :func:`json.loads` instead.
+    """
     if not texts:
         return []
+    joined = "[" + ",".join(texts) + "]"
     try:
-        values = json.loads("[" + ",".join(texts) + "]")
-    except ValueError:
-        values = None
+        values = _decode(joined)
+    except ValueError:  # msgspec's DecodeError, or a lone surrogate that UTF-8 cannot hold
+        try:
+            values = json.loads(joined)
+        except ValueError:
+            values = None
     if values is None or len(values) != len(texts):  # a text that is not one value: parse each, as written
         values = [json.loads(text) for text in texts]
     return values
