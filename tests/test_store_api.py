@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
@@ -524,3 +526,45 @@ def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, 
     assert len(reference) == 10
     for run_id in (payload["run_id"], "run_broken", "run_gone"):
         assert _stored_responses(store, run_id) == reference
+
+
+def _totals_a_row_at_a_time(rows_by_benchmark: dict) -> dict:
+    """A run's totals per model, the obvious way: every row in turn, time and cost rounded at each row."""
+    totals: dict = {}
+    for rows in rows_by_benchmark.values():
+        for row in rows:
+            total = totals.setdefault(str(row.get("model")), {"items": 0, "cached": 0, "prompt_tokens": 0,
+                                                              "completion_tokens": 0, "est_cost_usd": None,
+                                                              "response_time_s": 0.0})
+            total["items"] += 1
+            total["cached"] += bool(row.get("cached"))
+            for key in ("prompt_tokens", "completion_tokens"):
+                value = row.get(key)
+                total[key] += 0 if value is None or isinstance(value, str) else int(round(float(value)))
+            seconds = row.get("response_time_s")
+            seconds = 0 if seconds is None or isinstance(seconds, str) else float(seconds)
+            total["response_time_s"] = round(total["response_time_s"] + seconds, 6)
+            cost = row.get("est_cost_usd")
+            if cost is not None and not isinstance(cost, str):
+                total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + float(cost), 10)
+    return totals
+
+
+_TOTAL_VALUES = {
+    "model": st.sampled_from(["m1", "m2", 3]),
+    "cached": st.none() | st.booleans() | st.integers(0, 1),
+    "prompt_tokens": st.none() | st.integers(0, 10**6) | st.floats(0, 1e4) | st.booleans() | st.just("12"),
+    "completion_tokens": st.none() | st.integers(0, 10**6),
+    "response_time_s": st.none() | st.floats(0, 100) | st.integers(0, 9) | st.just("slow"),
+    "est_cost_usd": st.none() | st.floats(0, 1) | st.integers(0, 2),
+}
+_TOTAL_ROWS = st.lists(st.fixed_dictionaries({}, optional=_TOTAL_VALUES), max_size=30)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.dictionaries(st.sampled_from(["ebs", "ibf", "microbiorel"]), _TOTAL_ROWS, max_size=3))
+def test_a_runs_stored_totals_are_every_rows_summed_in_turn(rows_by_benchmark):
+    from fieldeval.store.payload import _totals
+
+    # a few models interleaved, rows missing fields, numbers as text, floats for tokens: as summed row by row
+    assert _totals(rows_by_benchmark) == _totals_a_row_at_a_time(rows_by_benchmark)

@@ -12,6 +12,7 @@ from typing import Any
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
+from fieldeval.rows import column
 from fieldeval.store.schema import utcnow
 
 # row keys with a column of their own in evaluation_responses (or none at all): not copied into ``metrics``
@@ -178,22 +179,45 @@ def _headline(benchmark: str, entry_models: Mapping[str, Mapping[str, Any]]) -> 
 
 
 def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Items, tokens, cost, time and cache hits per model, over every benchmark."""
+    """Items, tokens, cost, time and cache hits per model, over every benchmark: time and cost summed in row
+    order, rounded at each row (to 6 and 10 decimals)."""
     totals: dict[str, dict[str, Any]] = {}
     for rows in rows_by_benchmark.values():
-        for row in rows:
-            total = totals.setdefault(str(row.get("model")), {
+        for model, group in _by_model(rows).items():
+            total = totals.setdefault(model, {
                 "items": 0, "cached": 0, "prompt_tokens": 0, "completion_tokens": 0,
                 "est_cost_usd": None, "response_time_s": 0.0})
-            total["items"] += 1
-            total["cached"] += bool(row.get("cached"))
+            total["items"] += len(group)
+            total["cached"] += sum(map(bool, column(group, "cached")))
             for key in ("prompt_tokens", "completion_tokens"):
-                total[key] += integer(row.get(key)) or 0
-            total["response_time_s"] = round(total["response_time_s"] + (number(row.get("response_time_s")) or 0), 6)
-            cost = number(row.get("est_cost_usd"))
-            if cost is not None:
-                total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + cost, 10)
+                values = column(group, key)
+                if set(map(type, values)) <= {int, type(None)}:  # whole numbers (or none): as they are
+                    total[key] += sum(filter(None, values))
+                else:
+                    total[key] += sum(integer(value) or 0 for value in values)
+            seconds, values = total["response_time_s"], column(group, "response_time_s")
+            if set(map(type, values)) != {float}:
+                values = [number(value) or 0 for value in values]
+            for value in values:
+                seconds = round(seconds + value, 6)
+            total["response_time_s"] = seconds
+            for value in column(group, "est_cost_usd"):
+                cost = number(value) if value is not None else None
+                if cost is not None:
+                    total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + cost, 10)
     return totals
+
+
+def _by_model(rows: Sequence[Mapping[str, Any]]) -> dict[str, Sequence[Mapping[str, Any]]]:
+    """A benchmark's rows by model (``str`` of each row's ``model``), in row order: the rows themselves when
+    they are all one model's."""
+    models = list(map(str, column(rows, "model")))
+    if len(set(models)) <= 1:
+        return {models[0]: rows} if models else {}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for model, row in zip(models, rows):
+        groups.setdefault(model, []).append(row)
+    return groups
 
 
 def _benchmark_rows(run_id: str, bench_payload: Mapping[str, Mapping[str, Any]],
