@@ -24,6 +24,8 @@ from math import sqrt
 
 import numpy as np
 
+from fieldeval.rows import column
+
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 20261130
 FEW_CLUSTERS = 10  # under this many clusters an interval is wide and approximate (said in every table)
@@ -54,11 +56,11 @@ class Design:
     @classmethod
     def of_rows(cls, rows: Sequence[dict]) -> Design:
         """The design the engine recorded on rows (``cluster``, ``cluster_stratum``); i.i.d. when any row lacks one."""
-        clusters = [r.get("cluster") for r in rows]
-        strata = [r.get("cluster_stratum") for r in rows]
-        if not rows or any(c is None or c == "" for c in clusters):
+        clusters = column(rows, "cluster")
+        if not rows or None in clusters or "" in clusters:
             return cls()
-        return cls(tuple(clusters), tuple(strata) if all(s is not None for s in strata) else None)
+        strata = column(rows, "cluster_stratum")
+        return cls(tuple(clusters), tuple(strata) if None not in strata else None)
 
     def subset(self, mask: np.ndarray | Sequence[bool]) -> Design:
         """The design of the items where ``mask`` holds (a clustered design's codes are carried over, renumbered,
@@ -88,8 +90,8 @@ class Design:
     @functools.cached_property
     def _codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(stratum code, cluster code) per item of a clustered design, computed once per design."""
-        strata = [str(s) for s in self.strata] if self.strata is not None else ["0"] * len(self.clusters)
-        return _ranks(strata), _ranks([(s, str(c)) for s, c in zip(strata, self.clusters)])
+        strata = list(map(str, self.strata)) if self.strata is not None else ["0"] * len(self.clusters)
+        return _ranks(strata), _ranks(list(zip(strata, map(str, self.clusters))))
 
     def n_clusters(self, n: int) -> int:
         """Clusters among ``n`` items (``n`` without clusters)."""

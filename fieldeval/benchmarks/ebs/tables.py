@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fieldeval.errors import UsageError
 from fieldeval.inputs import tsv_cell
+from fieldeval.rows import column as row_column
 from fieldeval.stats import Design, Estimator, estimate, mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs, score_ebs_batch
 
@@ -204,7 +205,7 @@ def summary_lines(df) -> list[str]:
 
 def estimators(rows: list[dict], metrics: Sequence[str] = METRICS) -> dict[str, Estimator]:
     """Each metric as the mean of its per-row values (None: not defined for the row)."""
-    return {metric: Estimator.mean([r.get(metric) for r in rows], (0.0, 1.0)) for metric in metrics}
+    return {metric: Estimator.mean(row_column(rows, metric), (0.0, 1.0)) for metric in metrics}
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
