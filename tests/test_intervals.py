@@ -218,3 +218,23 @@ def test_cluster_codes_are_the_ranks_numpy_gives_the_joined_keys(keys):
     stratum_code, cluster_code = Design(clusters, strata).cells(len(keys))
     assert stratum_code.tolist() == np.unique(np.array(strata), return_inverse=True)[1].ravel().tolist()
     assert cluster_code.tolist() == np.unique(joined, return_inverse=True)[1].ravel().tolist()
+
+
+@pytest.mark.parametrize("p", [0.975, 0.95, 0.995, 0.75])
+def test_the_t_quantile_of_the_few_cluster_widening_is_scipys(p):
+    from fieldeval.stats import T_SERIES_DF, t_quantile
+
+    # every whole df where the exact series is used, both sides of the switch to the expansion, and far above
+    dfs = [*range(1, T_SERIES_DF + 50), 2_000, 4_096, 10**4, 10**5 + 1, 10**6, 10**9]
+    ours = np.array([t_quantile(p, df) for df in dfs])
+    np.testing.assert_allclose(ours, scipy_stats.t.ppf(p, dfs), rtol=1e-12, atol=0)
+
+
+def test_a_clustered_interval_is_widened_by_the_t_quantile_of_its_clusters_less_strata():
+    from math import sqrt
+
+    from fieldeval.stats import Design, Z_975, widening
+
+    # 12 clusters in 2 strata: t with 10 degrees of freedom, from SciPy, with the small-sample factor
+    design = Design(clusters=tuple(f"c{i % 12}" for i in range(48)), strata=tuple(f"s{i % 12 // 6}" for i in range(48)))
+    assert widening(design, 48) == pytest.approx(sqrt(12 / 11) * scipy_stats.t.ppf(0.975, 10) / Z_975, rel=1e-12)
