@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fieldeval.benchmarks.ebs.tables import (
     SCORE_FIELDS,
@@ -159,3 +161,50 @@ def test_repeated_rows_score_as_each_row_alone(tiny_index, tiny_enums):
     alone = format_scored(pd.DataFrame([score_row(a, FOREST, t, index=tiny_index, enums=tiny_enums)
                                         for a, t in zip(answers, templates)]).reindex(columns=SCORED_COLUMNS))
     pd.testing.assert_frame_equal(scored[SCORE_FIELDS], alone[SCORE_FIELDS], check_dtype=False)
+
+
+_CELL_VALUES = {
+    "text": st.text(max_size=6), "text or none": st.none() | st.text(max_size=6), "flag": st.booleans(),
+    "flag or none": st.none() | st.booleans(), "whole": st.integers(-(2**70), 2**70),
+    "whole or none": st.none() | st.integers(-5, 5), "float": st.floats(width=64),
+    "float or none": st.none() | st.floats(-2, 2) | st.sampled_from([0.0, -0.0, 1e-13, -1e-13, 0.1 + 0.2]),
+    "number": st.integers(-3, 3) | st.floats(-3, 3), "anything": st.none() | st.booleans() | st.integers() | st.text(),
+}
+
+
+_BLOCK_COLUMNS = ["model", "case_id", *SCORED_COLUMNS, "cached"]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.sampled_from(_BLOCK_COLUMNS), st.sampled_from(sorted(_CELL_VALUES)), st.data())
+def test_cells_formatted_straight_from_the_rows_are_what_pandas_writes(name, kind, data):
+    """A column of a block of rows formatted without a frame: its text is what ``format_scored`` and the frame's
+    own formatting give it, or it is left to pandas (None). One column varies at a time, beside valid others."""
+    from fieldeval.benchmarks.ebs.tables import _cells, _column_cells
+
+    values = data.draw(st.lists(_CELL_VALUES[kind], min_size=1, max_size=8))
+    valid = {**dict.fromkeys(_BLOCK_COLUMNS, None), "model": "m", "case_id": "c", "parse_success": True,
+             "exact_match": False, "ontology_score": 0.5, "hierarchy_score": 0.5, "enum_score": 0.5, "cached": True}
+    rows = [{**valid, name: value} for value in values]
+    for row in data.draw(st.lists(st.sampled_from(rows), max_size=2)):  # a row without the field
+        row.pop(name, None)
+    cells = _column_cells(name, [row.get(name) for row in rows])
+    try:
+        frame = format_scored(pd.DataFrame(rows, columns=_BLOCK_COLUMNS))
+    except (TypeError, ValueError, OverflowError):  # values the scored column refuses: never formatted straight
+        assert cells is None
+        return
+    if cells is not None:
+        assert cells == _cells(frame[name])
+
+
+def test_a_baselines_rows_are_formatted_straight_from_the_rows(tiny_index, tiny_enums):
+    from fieldeval.benchmarks.ebs.tables import row_cells
+
+    columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
+    rows = [{**row, "model": "m", "case_id": f"c{n}", "stratum": "s", "sampleData": "soil_data", "case_ideal": FOREST,
+             "response_text": "x", "response_time_s": 0.25, "prompt_tokens": None, "completion_tokens": None,
+             "est_cost_usd": None, "cached": n % 2 == 0}
+            for n, row in enumerate([unparsed(), parsed(tiny_index, tiny_enums, FOREST),
+                                     parsed(tiny_index, tiny_enums, "woodland biome [ENVO:01000174]")])]
+    assert row_cells(rows, columns) is not None  # parsed and unparsed answers alike: no frame needed

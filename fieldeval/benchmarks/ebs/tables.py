@@ -129,13 +129,14 @@ def write_scored(df, path: Path) -> None:
 
 
 def write_scored_blocks(columns: list[str], blocks: Iterable, path: Path) -> None:
-    """Write a scored table given as consecutive blocks of rows (frames with ``columns``), as :func:`write_scored`
-    writes the frame they make up."""
+    """Write a scored table given as consecutive blocks of rows (frames with ``columns``, or each column's cells
+    already as text, see :func:`row_cells`), as :func:`write_scored` writes the frame they make up."""
     width = len(columns)
     with open(path, "w", newline="", encoding="utf-8", errors="backslashreplace") as handle:
         handle.write("\t".join(tsv_cell(str(name)) for name in columns) + "\n")
         for part in blocks:
-            lines = list(zip(*[_cells(part.iloc[:, position]) for position in range(width)]))
+            cells = part if isinstance(part, list) else [_cells(part.iloc[:, position]) for position in range(width)]
+            lines = list(zip(*cells))
             text = "\n".join(map("\t".join, lines)) + "\n"
             if ('"' not in text and "\r" not in text and "\x00" not in text and text.count("\n") == len(lines)
                     and text.count("\t") == len(lines) * (width - 1)):
@@ -145,6 +146,69 @@ def write_scored_blocks(columns: list[str], blocks: Iterable, path: Path) -> Non
 
 
 WRITE_ROWS = 2_500  # rows of a scored table formatted at once
+
+
+def row_cells(rows: Sequence[dict], columns: Sequence[str]) -> list[list[str]] | None:
+    """Each column's cells of a block of recorded rows as text, straight from the rows: what
+    ``format_scored(pd.DataFrame(rows, columns=columns))`` gives :func:`write_scored_blocks`, without the frame.
+
+    Only where the text cannot depend on what pandas makes of the whole column: a scored column holding the
+    types its conversion takes as they are, and any other column holding text (and None), flags, whole numbers,
+    or floats (and None) alone. Otherwise (say whole numbers beside None, which pandas writes as ``3.0``), None:
+    the block goes through pandas.
+    """
+    out = []
+    for name in columns:
+        cells = _column_cells(name, row_column(rows, name))
+        if cells is None:
+            return None
+        out.append(cells)
+    return out
+
+
+def _column_cells(name: str, values: list) -> list[str] | None:
+    kinds = set(map(type, values))
+    if name in ("parse_success", "exact_match"):  # astype(bool)
+        return ["True" if value else "False" for value in values] if kinds <= {bool} else None
+    if name == "hop_distance":  # Int64: whole numbers, blank for None
+        if kinds <= {int, type(None)} and all(abs(v) < 2**53 for v in values if v is not None):
+            return ["" if value is None else str(value) for value in values]
+        return None
+    if name in OPTIONAL_BOOL_COLUMNS:  # boolean: blank for None
+        return [_FLAGS[value] for value in values] if kinds <= {bool, type(None)} else None
+    if name in FLOAT_COLUMNS:  # astype(float).round(FLOAT_DECIMALS), blank for None
+        return _float_cells(values, decimals=FLOAT_DECIMALS) if kinds <= {float, int, type(None)} else None
+    if kinds <= {str}:
+        return values
+    if kinds <= {str, type(None)}:
+        return ["" if value is None else value for value in values]
+    if kinds == {bool}:
+        return [_FLAGS[value] for value in values]
+    if kinds == {int}:
+        return list(map(str, values))
+    if kinds <= {float, type(None)}:
+        return _float_cells(values)
+    return None
+
+
+_FLAGS = {True: "True", False: "False", None: ""}
+
+
+def _float_cells(values: list, *, decimals: int | None = None) -> list[str] | None:
+    """Floats as a float64 column's cells (NaN and None blank), rounded as pandas rounds; None where pandas would
+    write 0.0 and -0.0 alike (as whichever comes first)."""
+    import numpy as np
+
+    array = np.array(values, dtype=float)  # None: NaN
+    if decimals is not None:
+        array = array.round(decimals)
+    zeros = array == 0
+    if zeros.any() and 0 < np.signbit(array[zeros]).sum() < zeros.sum():
+        return None
+    cells = list(map(repr, array.tolist()))  # a Python float's repr is numpy's str of the float64
+    if np.isnan(array).any():
+        cells = ["" if cell == "nan" else cell for cell in cells]
+    return cells
 
 
 def _cells(column) -> list[str]:
@@ -252,8 +316,12 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
     if rows and not any("hyperparameters" in row for row in rows):  # a block of rows at a time: no frame of them all
-        blocks = (format_scored(pd.DataFrame(rows[start:start + WRITE_ROWS], columns=columns))
-                  for start in range(0, len(rows), WRITE_ROWS))
+        def block(start: int) -> list[list[str]] | object:
+            part = rows[start:start + WRITE_ROWS]
+            cells = row_cells(part, columns)
+            return cells if cells is not None else format_scored(pd.DataFrame(part, columns=columns))
+
+        blocks = map(block, range(0, len(rows), WRITE_ROWS))
         write_scored_blocks(columns, blocks, path)
         return [path]
     frame = pd.DataFrame(rows)
