@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress
-from math import atan, cos, exp, lgamma, log, log1p, pi, sin, sqrt
+from math import atan, cos, exp, lgamma, log, log1p, pi, sin, sqrt, tan
 from statistics import NormalDist
 
 import numpy as np
@@ -198,7 +198,7 @@ def t_quantile(p: float, df: int) -> float:
         2.570582
     """
     if df == 1:
-        return float(np.tan(np.pi * (p - 0.5)))
+        return tan(pi * (p - 0.5))
     if df == 2:
         return (2 * p - 1) / sqrt(2 * p * (1 - p))
     z = NormalDist().inv_cdf(p)

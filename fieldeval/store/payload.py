@@ -190,11 +190,7 @@ def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dic
             total["items"] += len(group)
             total["cached"] += sum(map(bool, column(group, "cached")))
             for key in ("prompt_tokens", "completion_tokens"):
-                values = column(group, key)
-                if set(map(type, values)) <= {int, type(None)}:  # whole numbers (or none): as they are
-                    total[key] += sum(filter(None, values))
-                else:
-                    total[key] += sum(integer(value) or 0 for value in values)
+                total[key] += sum(integer(value) or 0 for value in column(group, key))
             seconds, values = total["response_time_s"], column(group, "response_time_s")
             if set(map(type, values)) != {float}:
                 values = [number(value) or 0 for value in values]
@@ -202,7 +198,7 @@ def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dic
                 seconds = round(seconds + value, 6)
             total["response_time_s"] = seconds
             for value in column(group, "est_cost_usd"):
-                cost = number(value) if value is not None else None
+                cost = number(value)
                 if cost is not None:
                     total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + cost, 10)
     return totals
