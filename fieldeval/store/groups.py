@@ -9,7 +9,9 @@ stored rows with the same seeded bootstrap (:func:`fieldeval.run.entries.benchma
 and stores the result as one run with ``shard_index`` NULL. The merged run
 stores no rows of its own: its payload's ``run_group`` lists the shards with
 ``"rows": "shards"``, and the store reads a merged run's responses from them
-(a shard cannot be deleted while a merged run refers to it).
+(a shard cannot be deleted while a merged run refers to it). The store holds at most one
+merged run per group (a unique index, checked in the save's transaction), so of two concurrent
+merges one is stored and the other is refused as already merged.
 """
 
 from __future__ import annotations
@@ -276,7 +278,11 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         "settings": settings, "settings_hash": shards[0].settings_hash,
         "rows_from": [s.run_id for s in shards],  # the merged run refers to its shards' rows, never copies them
     }
-    store.save_run(payload, {bench: by_nodeid(bench_rows) for bench, bench_rows in rows.items()}, meta)
+    try:
+        store.save_run(payload, {bench: by_nodeid(bench_rows) for bench, bench_rows in rows.items()}, meta)
+    except sa.exc.IntegrityError:  # the store's one merged run per group: a concurrent merge committed first
+        check_shards(name, *_group_runs(store, name), store.url, allow_partial=allow_partial)
+        raise
     return MergedRun(payload["run_id"], payload, tuple(s.run_id for s in shards))
 
 

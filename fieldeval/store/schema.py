@@ -258,12 +258,33 @@ def _migration_3(conn: Connection) -> None:
     next(i for i in GENERIC.evaluations.indexes if i.name == "ix_evaluations_run_group").create(conn, checkfirst=True)
 
 
+MERGED_RUN_INDEX = "uq_evaluations_merged_run"
+
+
+def _migration_4(conn: Connection) -> None:
+    """Make a run group's merged run (``shard_index`` NULL) unique; a group merged twice before keeps its first."""
+    t = GENERIC.evaluations
+    merged = conn.execute(sa.select(t.c.run_group, t.c.run_id).where(
+        t.c.run_group.is_not(None), t.c.shard_index.is_(None)).order_by(t.c.run_group, t.c.created_at, t.c.run_id)).all()
+    first: dict[str, str] = {}
+    later = [run_id for group, run_id in merged if first.setdefault(group, run_id) != run_id]
+    spared = f" AND run_id NOT IN ({', '.join(_sql_text(r) for r in later)})" if later else ""
+    conn.exec_driver_sql(f"CREATE UNIQUE INDEX IF NOT EXISTS {MERGED_RUN_INDEX} ON evaluations (run_group) "
+                         f"WHERE run_group IS NOT NULL AND shard_index IS NULL{spared}")
+
+
+def _sql_text(value: str) -> str:
+    """``value`` as an SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 # Append only: never edit or reorder a released step; a new generic column is a new step (ALTER TABLE ...).
 # Benchmark-specific columns are not steps: _add_declared_columns adds them on every open.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: models, evaluations, benchmarks, metrics, responses", _migration_1),
     (2, "items planned, done and errored per run; evaluation_errors; models.key_env", _migration_2),
     (3, "run groups: shards of one sharded run, their settings, full rows", _migration_3),
+    (4, "one merged run per run group", _migration_4),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
