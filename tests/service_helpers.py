@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,12 +29,16 @@ def free_port() -> int:
 
 
 class Server:
-    """``python -m fieldeval.cli serve --port N --store URL`` as a subprocess, started and stopped by the test."""
+    """``python -m fieldeval.cli serve --port N --store URL`` as a subprocess, started and stopped by the test.
+
+    It runs with ``token`` as ``FIELDEVAL_API_TOKEN`` (default: a new random one) and :meth:`call` sends it.
+    """
 
     def __init__(self, store: Path, *, token: str | None = None, port: int | None = None,
                  args: list[str] | None = None, env: dict[str, str] | None = None,
                  path: tuple[Path, ...] = ()) -> None:
-        self.store, self.token, self.path = store, token, path
+        self.store, self.path = store, path
+        self.token = token or "tok-" + secrets.token_hex(8)
         self.args, self.extra_env = list(args or []), dict(env or {})
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -41,9 +47,7 @@ class Server:
     def start(self) -> Server:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *map(str, self.path),
                                                             os.environ.get("PYTHONPATH", "")])}
-        env.pop("FIELDEVAL_API_TOKEN", None)
-        if self.token:
-            env["FIELDEVAL_API_TOKEN"] = self.token
+        env["FIELDEVAL_API_TOKEN"] = self.token
         env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fieldeval.cli", "serve", "--port", str(self.port), "--store", str(self.store),
@@ -84,9 +88,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None,
+    def call(self, method: str, path: str, body: Any = None, *, token: str | EllipsisType | None = ...,
              host: str | None = None, raw: bytes | None = None) -> tuple[int, Any]:
-        """``(status, decoded JSON)`` of one request (``raw``: the body bytes as given; ``host``: the Host header)."""
+        """``(status, decoded JSON)`` of one request (``raw``: the body bytes as given; ``host``: the Host header;
+        ``token``: the bearer token to send, default the server's, None for none)."""
+        if token is ...:
+            token = self.token
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         request = urllib.request.Request(self.base + path, data=data, method=method)
         if host is not None:

@@ -11,7 +11,8 @@ from tests.conftest import ROOT
 
 def test_a_run_of_a_registered_model_carries_its_model_id_in_the_view_and_the_list(tmp_path):
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    with TestClient(create_app(url, evals_dir=ROOT / "evals", work_dir=tmp_path), base_url="http://127.0.0.1") as client:
+    app = create_app(url, evals_dir=ROOT / "evals", token="tok-model-id", work_dir=tmp_path)
+    with TestClient(app, base_url="http://127.0.0.1", headers={"Authorization": "Bearer tok-model-id"}) as client:
         registered = client.post("/api/models", json={"name": "phi", "endpoint": "http://127.0.0.1:9/v1"}).json()
         with open_store(url, columns=declared_columns()) as store:
             store.save_run({"run_id": "run_0000000a", "started_at": "2026-01-01T00:00:00+00:00",

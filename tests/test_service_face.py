@@ -45,7 +45,8 @@ def server(tinybench, tmp_path_factory):
 
 
 def _page(server) -> str:
-    with urllib.request.urlopen(server.base + "/", timeout=60) as answer:
+    request = urllib.request.Request(server.base + "/", headers={"Authorization": f"Bearer {server.token}"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
         return answer.read().decode("utf-8")
 
 

@@ -1,10 +1,12 @@
 """The HTTP service and dashboard: ``fieldeval serve`` and ``fieldeval report``.
 
 ``serve`` runs the FastAPI app (:func:`create_app`) on uvicorn, bound to
-loopback by default; any other address needs ``FIELDEVAL_API_TOKEN``, which
-every mutating request must then send as a bearer token (whatever the host).
-It answers only to the loopback Host names and those ``--allowed-host`` adds,
-and a registration over HTTP may name only the keys ``--allow-key-env`` allows. ``report`` writes the
+loopback by default and closed by default: it makes a random token (unless
+``FIELDEVAL_API_TOKEN`` gives one), prints the dashboard URL with it, keeps it
+in a file only the user can read, and every request but the public ones must
+send it (``--no-token`` opens a loopback service). It answers only to the
+loopback Host names and those ``--allowed-host`` adds, and a registration over
+HTTP may name only the keys ``--allow-key-env`` allows. ``report`` writes the
 dashboard of some runs as one self-contained HTML file (a CI artifact).
 """
 
@@ -13,23 +15,77 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
+import secrets
+import signal
+import sys
 from pathlib import Path
 
 from fieldeval.errors import UsageError
 
-__all__ = ["TOKEN_ENV", "create_app", "is_loopback", "parse_key_envs", "register_cli", "render_report",
-           "serve_settings"]
+__all__ = ["TOKEN_ENV", "check_host_patterns", "create_app", "is_loopback", "parse_key_envs", "register_cli",
+           "render_report", "serve_settings", "token_file", "write_token_file"]
 
 TOKEN_ENV = "FIELDEVAL_API_TOKEN"
+HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+HOST_PATTERN = re.compile(rf"(?:\*\.)?{HOST_LABEL}(?:\.{HOST_LABEL})*")  # TrustedHostMiddleware's two forms
 
 
-def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None,
-               allowed_hosts: list[str] | None = None, key_envs: dict[str, str | None] | None = None):
+def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: bool = False,
+               work_dir: Path | None = None, allowed_hosts: list[str] | None = None,
+               key_envs: dict[str, str | None] | None = None):
     """The FastAPI app on one store; see :func:`fieldeval.service.app.create_app`."""
     from fieldeval.service.app import create_app as build
 
-    return build(store_url, evals_dir=evals_dir, token=token, work_dir=work_dir, allowed_hosts=allowed_hosts,
-                 key_envs=key_envs)
+    return build(store_url, evals_dir=evals_dir, token=token, no_token=no_token, work_dir=work_dir,
+                 allowed_hosts=allowed_hosts, key_envs=key_envs)
+
+
+def check_host_patterns(patterns: list[str], origin: str, *, allow_any: bool = False) -> list[str]:
+    """The Host patterns, lower-cased; a usage error naming a malformed one, or ``*`` without ``allow_any``.
+
+    Example:
+        >>> check_host_patterns(["Models.LAN", "*.lan"], "--allowed-host")
+        ['models.lan', '*.lan']
+    """
+    out = []
+    for raw in patterns:
+        pattern = str(raw).strip().lower()
+        if pattern == "*":
+            if not allow_any:
+                raise UsageError(f"{origin} '*': answers any Host name, so a DNS-rebinding page can reach the "
+                                 "service; name the hosts, or add --allow-any-host")
+        elif not (HOST_PATTERN.fullmatch(pattern) or _bracketed_ipv6(pattern)):
+            raise UsageError(f"{origin} {str(raw)!r}: not a host pattern; write an exact name (models.lan, "
+                             "10.0.0.5, [fd00::1]) or one with a leading wildcard (*.lan), without scheme, port or path")
+        out.append(pattern)
+    return out
+
+
+def _bracketed_ipv6(pattern: str) -> bool:
+    if not (pattern.startswith("[") and pattern.endswith("]")):
+        return False
+    try:
+        return ipaddress.ip_address(pattern[1:-1]).version == 6
+    except ValueError:
+        return False
+
+
+def token_file(port: int) -> Path:
+    """Where ``fieldeval serve --port PORT`` keeps the token it made: the user's state folder."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("fieldeval")) / f"serve-{port}.token"
+
+
+def write_token_file(path: Path, token: str) -> Path:
+    """Write ``token`` to ``path``, readable and writable by the user alone (mode 0600); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(fd, 0o600)  # a file left by an earlier server keeps the mode it had otherwise
+        out.write(token + "\n")
+    return path
 
 
 def parse_key_envs(entries: list[str], origin: str) -> dict[str, str | None]:
@@ -86,11 +142,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _warn(text: str) -> None:
+    print(f"fieldeval: warning: {text}", file=sys.stderr, flush=True)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    token = os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(args.host) and not token:
-        raise UsageError(f"--host {args.host}: serving beyond loopback needs a token; "
-                         f"set {TOKEN_ENV} (clients send 'Authorization: Bearer <token>') or use --host 127.0.0.1")
+    configured = os.environ.get(TOKEN_ENV) or None
+    if args.no_token and configured:
+        raise UsageError(f"--no-token: {TOKEN_ENV} is set too; unset it, or drop --no-token to use it")
+    if args.no_token and not is_loopback(args.host):
+        raise UsageError(f"--no-token --host {args.host}: a service without a token stays on loopback; "
+                         "use --host 127.0.0.1, or drop --no-token")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a TCP port; pass 1-65535")
     evals_dir = Path(args.evals_dir)
@@ -100,17 +162,42 @@ def _serve(args: argparse.Namespace) -> int:
     settings = serve_settings(Path.cwd())
     key_envs = {**parse_key_envs(settings.get("key_envs", []), "[tool.fieldeval.serve] key_envs"),
                 **parse_key_envs(args.allow_key_env, "--allow-key-env")}
-    hosts = [str(h).strip().lower() for h in [*settings.get("allowed_hosts", []), *args.allowed_host] if str(h).strip()]
+    hosts = [*check_host_patterns(settings.get("allowed_hosts", []), "[tool.fieldeval.serve] allowed_hosts",
+                                  allow_any=args.allow_any_host),
+             *check_host_patterns(args.allowed_host, "--allowed-host", allow_any=args.allow_any_host)]
     if args.host not in ("0.0.0.0", "::"):
         hosts.append(f"[{args.host}]" if ":" in args.host else args.host.lower())
     import uvicorn
 
     from fieldeval.store import default_store_url
 
-    app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token, allowed_hosts=hosts,
-                     key_envs=key_envs)
-    print(f"fieldeval: serving http://{args.host}:{args.port}/ (API docs at /docs)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    token = None if args.no_token else configured or secrets.token_urlsafe(32)
+    app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token, no_token=args.no_token,
+                     allowed_hosts=hosts, key_envs=key_envs)
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{shown}:{args.port}/"
+    print(f"fieldeval: serving {base} (API docs at /docs)", flush=True)
+    if "*" in hosts:
+        _warn("--allow-any-host: answering any Host name; a DNS-rebinding page can reach this service")
+    saved = None
+    if token is None:
+        _warn("--no-token: any local process can register models, start evaluations with this server's keys "
+              "and delete runs")
+    else:
+        if configured is None:
+            saved = write_token_file(token_file(args.port), token)
+            print(f"fieldeval: the token is in {saved} (mode 0600); clients send 'Authorization: Bearer <token>'",
+                  flush=True)
+        else:
+            print(f"fieldeval: the token is ${TOKEN_ENV}; clients send 'Authorization: Bearer <token>'", flush=True)
+        print(f"fieldeval: open the dashboard at {base}?token={token}", flush=True)
+    if saved is not None:  # uvicorn re-raises SIGTERM once it has shut down: end through the finally below
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        if saved is not None:
+            saved.unlink(missing_ok=True)
     return 0
 
 
@@ -139,8 +226,7 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     """
     store_help = "sqlite:///PATH or postgresql://... (default: $FIELDEVAL_STORE, else reports/fieldeval.db)"
     serve = sub.add_parser("serve", help="the HTTP API and dashboard (FastAPI on uvicorn)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1; "
-                       f"anything but loopback needs ${TOKEN_ENV})")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
     serve.add_argument("--store", metavar="URL", default=None, help=store_help)
     serve.add_argument("--evals-dir", metavar="DIR", default="evals",
@@ -151,7 +237,12 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
                             "command line (repeatable; also [tool.fieldeval.serve] key_envs)")
     serve.add_argument("--allowed-host", metavar="NAME", action="append", default=[],
                        help="answer requests with this Host name too (repeatable; default: loopback names only, "
-                            "plus --host when it is one address)")
+                            "plus --host when it is one address); an exact name or *.domain")
+    serve.add_argument("--allow-any-host", action="store_true",
+                       help="let --allowed-host '*' answer any Host name (a DNS-rebinding page can then reach it)")
+    serve.add_argument("--no-token", action="store_true",
+                       help=f"serve without a token (default: ${TOKEN_ENV}, else a random one, printed in the "
+                            "dashboard URL); loopback only")
     serve.set_defaults(func=_serve)
     report = sub.add_parser("report", help="the dashboard of some runs as one self-contained HTML file")
     report.add_argument("run_ids", metavar="RUN", nargs="+")

@@ -2,12 +2,12 @@
 
 Build it with :func:`create_app`; ``fieldeval serve`` runs it on uvicorn.
 Errors are JSON ``{"message": ...}``: 422 names the field, 404 the unknown run
-or model, 401 a mutating request without the bearer token.
+or model, 401 a request without the token (:mod:`fieldeval.service.access`: only the benchmark list,
+the API schema and the page's assets are public).
 """
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,12 +22,11 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from fieldeval.calls.endpoints import check_endpoint, check_key_binding, register_endpoint
 from fieldeval.errors import UsageError
-from fieldeval.service import dashboard, views
+from fieldeval.service import access, dashboard, views
 from fieldeval.store.compare import PartialRunError
 from fieldeval.store.registration import ModelConflict, check_model_name
 from fieldeval.service.jobs import JobTable, Runner
 
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 INT32_MAX = 2**31 - 1  # the models table's INTEGER columns (PostgreSQL's integer)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
@@ -181,14 +180,17 @@ def _resolve_model(store, model_id: str) -> tuple[str, str | None]:
     return model_id, None
 
 
-def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, work_dir: Path | None = None,
-               allowed_hosts: list[str] | None = None, key_envs: dict[str, str | None] | None = None) -> FastAPI:
+def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: bool = False,
+               work_dir: Path | None = None, allowed_hosts: list[str] | None = None,
+               key_envs: dict[str, str | None] | None = None) -> FastAPI:
     """The service on one store.
 
     Args:
         store_url: the run store (SQLite path or URL, or PostgreSQL URL); jobs live in its database too.
         evals_dir: the folder of ``test_<benchmark>.py`` modules the jobs run.
-        token: when set, every mutating request needs ``Authorization: Bearer <token>``.
+        token: what every request but the public ones must send (``Authorization: Bearer <token>``, or the
+            cookie ``GET /?token=<token>`` sets); None only with ``no_token``.
+        no_token: open every route to anyone who can connect (``fieldeval serve --no-token``, loopback only).
         work_dir: where job progress files go (default: a new temporary folder).
         allowed_hosts: the ``Host`` names the service answers to besides the loopback names; any other
             host (a DNS-rebinding page, say) gets 400.
@@ -200,8 +202,13 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
         The FastAPI app; its lifespan starts the job runner and marks jobs a previous server left as interrupted.
 
     Example:
-        >>> app = create_app("sqlite:///reports/fieldeval.db", evals_dir=Path("evals"))  # doctest: +SKIP
+        >>> app = create_app("sqlite:///reports/fieldeval.db", evals_dir=Path("evals"),
+        ...                  token=secrets.token_urlsafe(32))  # doctest: +SKIP
     """
+    if token is None and not no_token:
+        raise ValueError("create_app: token is None; pass the service's token, or no_token=True for an open service")
+    if token is not None and (no_token or not token):
+        raise ValueError("create_app: pass a non-empty token, or token=None with no_token=True")
     from fieldeval.store import declared_columns, open_store
 
     store = open_store(store_url, columns=declared_columns())
@@ -218,19 +225,14 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None = None, wor
 
     app = FastAPI(title="fieldeval", description="Register models, run evaluations, compare runs.",
                   version="1", lifespan=lifespan)
-    hosts = list(dict.fromkeys([*LOOPBACK_HOSTS, *(allowed_hosts or [])]))
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
     allowed_keys = dict(key_envs or {})
 
     @app.middleware("http")
     async def _require_token(request: Request, call_next):
-        if token and request.method not in SAFE_METHODS:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return JSONResponse({"message": "missing or wrong bearer token; send "
-                                                "'Authorization: Bearer $FIELDEVAL_API_TOKEN'"},
-                                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+        return await access.gate(request, call_next, token)
+
+    hosts = list(dict.fromkeys([*LOOPBACK_HOSTS, *(allowed_hosts or [])]))
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)  # added last: checked first
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:

@@ -190,7 +190,7 @@ def job_flags(job: Job) -> list[str]:
     flags = []
     for f in get_benchmark(job.benchmark).option_fields():
         if f.name in SERVICE_FIELDS and values.get(f.name) is not None:
-            flags += [f.metadata["flag"], str(values[f.name])]
+            flags.append(f"{f.metadata['flag']}={values[f.name]}")
     return flags
 
 
@@ -230,14 +230,14 @@ class Runner:
         self.table.interrupt_active()
 
     def command(self, job: Job, progress: Path, store_url: str) -> list[str]:
-        """The pytest command line of a job."""
+        """The pytest command line of a job; every value rides as ``--opt=value``, so none can pass for an option."""
         cmd = [sys.executable, "-m", "pytest", str(self.evals_dir / f"test_{job.benchmark}.py"),
-               "--model", job.model, "--run-id", job.run_id, "--progress-file", str(progress),
-               "--store", store_url, "-p", "no:cacheprovider", "-q",
-               "--reports-dir", str(progress.parent / "reports"),
-               "--eval-report", str(progress.parent / "reports" / "report.json")]
+               f"--model={job.model}", f"--run-id={job.run_id}", f"--progress-file={progress}",
+               f"--store={store_url}", "-p", "no:cacheprovider", "-q",
+               f"--reports-dir={progress.parent / 'reports'}",
+               f"--eval-report={progress.parent / 'reports' / 'report.json'}"]
         if job.label:
-            cmd += ["--run-label", job.label]
+            cmd.append(f"--run-label={job.label}")
         return cmd + job_flags(job)
 
     def _work(self) -> None:
@@ -265,7 +265,8 @@ class Runner:
         with open(folder / "stderr.txt", "w+b") as stderr, open(folder / "stdout.txt", "wb") as stdout:
             self._proc = proc = subprocess.Popen(cmd, cwd=self.evals_dir.parent, env=env, stdout=stdout, stderr=stderr,
                                                  stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(os.getpid()))
-            shown = [redact(part) if part == self.store_url else part for part in cmd]
+            store_flag = f"--store={self.store_url}"
+            shown = [f"--store={redact(self.store_url)}" if part == store_flag else part for part in cmd]
             self.table.update(job.run_id, status="running", started_at=now_iso(), pid=proc.pid, command=shown)
             seen = None
             while True:

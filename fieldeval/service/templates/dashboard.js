@@ -191,7 +191,7 @@
   async function poll() {
     let runs;
     try {
-      const answer = await fetch("/api/evaluations", {cache: "no-store"});
+      const answer = await fetch("/api/evaluations", {cache: "no-store", credentials: "same-origin"});
       if (!answer.ok) return;
       runs = await answer.json();
     } catch (error) { return; }
@@ -234,10 +234,10 @@
       if (corpus.options.length) body.corpus_version = corpus.value;
       if ($("#evaluate-label").value.trim()) body.label = $("#evaluate-label").value.trim();
       const headers = {"Content-Type": "application/json"};
-      if ($("#evaluate-token").value) headers.Authorization = "Bearer " + $("#evaluate-token").value;
       const status = $("#evaluate-status");
       try {
-        const answer = await fetch("/api/evaluations", {method: "POST", headers: headers, body: JSON.stringify(body)});
+        const answer = await fetch("/api/evaluations", {method: "POST", headers: headers, credentials: "same-origin",
+                                                      body: JSON.stringify(body)});
         const reply = await answer.json();
         status.textContent = answer.ok ? "started " + reply.run_id + " (" + reply.total_items + " items)" : reply.message;
         if (answer.ok) setTimeout(poll, 500);
