@@ -134,7 +134,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(state, "fieldeval-session")
     if not worker:
         config.pluginmanager.register(ReportReleaser(config, state), "fieldeval-lean")
-    config.stash[_SIGNALS] = interrupts = Interrupts(on_signal=lambda name: state.stop_calls(name))
+    config.stash[_SIGNALS] = interrupts = Interrupts(on_signal=lambda name: state.stop_calls(name),
+                                                     on_stop=state.keep_unsaved)
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
     if worker or _only_informs(config):

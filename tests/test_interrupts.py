@@ -96,22 +96,116 @@ def test_sigterm_before_any_item_ran_reports_interrupted_and_stores_nothing(proj
     assert stored == []
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop(code: int):
+    raise Stopped(code)
+
+
+def deliver(sig: signal.Signals, clock: FakeClock, at: float) -> None:
+    """The installed handler, called as the interpreter calls it when ``sig`` arrives at ``at`` on the fake clock."""
+    clock.now = at
+    signal.getsignal(sig)(sig, None)
+
+
 def test_a_repeated_signal_within_a_second_is_one_interrupt_and_the_shield_defers(capsys):
-    interrupts = Interrupts()
+    clock = FakeClock()
+    interrupts = Interrupts(clock=clock, exit=_stop)
     interrupts.install()
     try:
         with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1)
-        os.kill(os.getpid(), signal.SIGINT)  # the process group's copy of the same request: ignored
+            deliver(signal.SIGTERM, clock, 0.0)
+        deliver(signal.SIGINT, clock, 0.5)  # the process group's copy of the same request: ignored
         interrupts.shield()
-        interrupts._last = float("-inf")
-        os.kill(os.getpid(), signal.SIGINT)  # while saving: deferred, one line
+        deliver(signal.SIGINT, clock, 5.0)  # while saving: deferred, one line
         assert "SIGINT received while saving the run" in capsys.readouterr().err
-        interrupts._last = float("-inf")
-        with pytest.raises(KeyboardInterrupt):  # sent again: stop at once
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)
+        with pytest.raises(Stopped):  # sent again: stop at once
+            deliver(signal.SIGINT, clock, 10.0)
     finally:
         interrupts.restore()
     assert interrupts.received == ["SIGTERM", "SIGINT", "SIGINT"]
+
+
+def test_ctrl_c_pressed_every_0_6_s_while_saving_stops_at_the_third_press(capsys):
+    # the regression: each ignored press moved the one-second window, so pressing faster than it never stopped
+    clock = FakeClock()
+    kept: list[str] = []
+    interrupts = Interrupts(on_stop=lambda: kept.append("kept") or "run run_x kept in unstored.json",
+                            clock=clock, exit=_stop)
+    interrupts.install()
+    try:
+        interrupts.shield()
+        deliver(signal.SIGINT, clock, 0.0)  # deferred
+        deliver(signal.SIGINT, clock, 0.6)  # within a second of the first: the same press, ignored
+        assert kept == []
+        with pytest.raises(Stopped) as stopped:
+            deliver(signal.SIGINT, clock, 1.2)  # a second after the first: stop at once
+    finally:
+        interrupts.restore()
+    assert stopped.value.args == (130,) and kept == ["kept"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "fieldeval: SIGINT again while saving the run: stopped at once; run run_x kept in unstored.json"
+    assert interrupts.received == ["SIGINT", "SIGINT"]
+
+
+HOLD_SAVE = """
+
+import threading
+
+from fieldeval.store.runs import RunStore
+
+_save = RunStore._save
+
+
+def _held_save(self, *args, **kwargs):  # the store write starts, then waits far longer than the test does
+    open("saving", "w").close()
+    threading.Event().wait(300)
+    return _save(self, *args, **kwargs)
+
+
+RunStore._save = _held_save
+"""
+
+
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
+def test_a_second_sigterm_while_storing_stops_at_once_and_keeps_the_run_for_push(project):
+    with open(project.path / "conftest.py", "a") as conftest:
+        conftest.write(HOLD_SAVE)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *SLOW_ARGS, "--concurrency", "4",
+                             "--run-id", "run_0000abd0"], cwd=project.path, env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (project.path / "saving").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (project.path / "saving").exists(), proc.communicate(timeout=30)
+    while proc.poll() is None and time.monotonic() < deadline:  # a signal now and then, until one is not a repeat
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=1.5)
+        except subprocess.TimeoutExpired:
+            pass
+    out, err = proc.communicate(timeout=60)
+    kept = project.path / "reports" / "runs" / "run_0000abd0" / "unstored.json"
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "Traceback" not in out
+    assert err.strip().splitlines()[-1].startswith("fieldeval: SIGTERM again while saving the run: stopped at once;")
+    assert "fieldeval runs push run_0000abd0" in err and kept.is_file()
+    with open_store(str(project.path / "reports" / "fieldeval.db")) as store:
+        assert [run.run_id for run in store.list_runs()] == []
+    (project.path / "conftest.py").write_text((project.path / "conftest.py").read_text().replace(HOLD_SAVE, ""))
+    pushed = subprocess.run([sys.executable, "-m", "fieldeval.cli", "runs", "push", "run_0000abd0", "--store",
+                             str(project.path / "reports" / "fieldeval.db")], cwd=project.path,
+                            capture_output=True, text=True, timeout=120)
+    assert pushed.returncode == 0, pushed.stderr
+    with open_store(str(project.path / "reports" / "fieldeval.db")) as store:
+        assert store.get_run("run_0000abd0")["responses"] == PLANNED

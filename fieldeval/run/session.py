@@ -788,11 +788,26 @@ class EvalSession:
             flat: FlatRun | Exception = flatten_run(self.payload(), rows, meta, declared_columns())
         except Exception as error:  # noqa: BLE001  (reported as the store's refusal: the run is kept)
             flat = error
-        handoff = self._handoff if self._handoff is not None else Future()
+        handoff = self._handoff = self._handoff if self._handoff is not None else Future()
         handoff.set_result((folder, rows, meta, flat))
         if self._saving is None:
             self._saving = _in_thread(self._store_run, url, {name: len(r) for name, r in rows.items()}, handoff)
         return self._saving
+
+    def keep_unsaved(self) -> str | None:
+        """Keep the run for ``runs push`` when its store write has begun and not returned (the process is about to
+        stop at once); the words saying where, else None."""
+        from fieldeval.store.pending import keep_unstored
+        from fieldeval.store.url import redact
+
+        handoff, url = self._handoff, self.store_url()
+        if url is None or handoff is None or not handoff.done() or handoff.exception() is not None \
+                or self._saving is None or self._saving.done():
+            return None
+        folder, rows, meta, _ = handoff.result()
+        kept = keep_unstored(folder, url, self.payload(), rows, meta)
+        return (f"run {self.run_id} may not be stored; kept in {kept}: store it with "
+                f"`fieldeval runs push {self.run_id} --store {redact(url)}`")
 
     def _store_run(self, url: str, counts: dict[str, int], handoff: Future) -> str | None:
         """The store's thread: one transaction, or the run kept for ``runs push`` (also when building its rows
