@@ -23,11 +23,12 @@ import pytest
 
 import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
 from fieldeval.benchmark import benchmarks, case_ids
-from fieldeval.errors import exit_on_usage_error
+from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
 from fieldeval.run.lean import (ReportReleaser, release_deselected, release_items, release_syrupy_items, slim_items,
                                 trim_heap)
+from fieldeval.run import resume
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
@@ -122,6 +123,12 @@ def pytest_configure(config: pytest.Config) -> None:
     engine, bench_options = exit_on_usage_error(lambda: parse_options(config))
     selected = selected_benchmarks(config)
     worker = is_xdist_worker(config)
+    resumed = None
+    if worker and resume.WORKER_KEY in config.workerinput:  # the controller's options, taken from the run
+        engine, bench_options = resume.from_worker(config.workerinput[resume.WORKER_KEY], engine, bench_options)
+    elif not worker and engine.resume and selected and not _only_informs(config):
+        engine, bench_options, resumed = exit_on_usage_error(
+            lambda: _resumed_options(config, engine, bench_options, selected))
     if worker:
         session_dir = Path(config.workerinput[SESSION_DIR_KEY]) if SESSION_DIR_KEY in config.workerinput else None
         index, count = int(config.workerinput["workerid"].removeprefix("gw")), int(config.workerinput["workercount"])
@@ -130,6 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
         index, count = 0, 1
     state = exit_on_usage_error(lambda: EvalSession.build(
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
+    state.resumed_settings = resumed
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
     if not worker:
@@ -150,6 +158,27 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_FILES] = files
         files.mark("running", started_at=state.started_at)
         _configure_json_report(config)
+
+
+def _resumed_options(config: pytest.Config, engine, bench_options: dict, selected: list[str]):
+    """``--resume RUN_ID``: the options the stored run ran with, and its settings; a complete run ends the session
+    here, with its one line and exit 0."""
+    from fieldeval.store import declared_columns, open_store
+    from fieldeval.store.location import default_store_url
+
+    url = engine.store or default_store_url(config.rootpath)
+    if url.lower() == "none":
+        raise UsageError(f"--resume {engine.resume}: needs the run store that holds it; drop --store none")
+    with open_store(url, columns=declared_columns()) as store:
+        try:
+            run = store.get_run(engine.resume)
+        except UsageError as error:
+            raise UsageError(f"--resume {engine.resume}: {error}") from None
+    try:
+        engine, bench_options = resume.resolve(engine, bench_options, selected, run)
+    except resume.RunComplete as done:
+        pytest.exit(str(done), returncode=0)
+    return engine, bench_options, run.get("settings") or {}
 
 
 def _only_informs(config: pytest.Config) -> bool:
@@ -182,6 +211,8 @@ def pytest_configure_node(node) -> None:
     state = eval_session(node.config)
     if state.session_dir is not None:
         node.workerinput[SESSION_DIR_KEY] = str(state.session_dir)
+    if state.options.resume:
+        node.workerinput[resume.WORKER_KEY] = resume.to_worker(state.options, state.bench_options)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

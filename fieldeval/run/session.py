@@ -64,6 +64,8 @@ class EvalSession:
         self.worker = worker
         self.run_id = options.run_id or options.resume or "run_" + secrets.token_hex(4)
         self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
+        self.resumed_settings: dict[str, Any] | None = None  # --resume: the stored run's settings
+        self._lease: tuple[str, str] | None = None  # --resume: (store URL, holder) of the run's lease, while held
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._spool = RowSpool(session_dir)  # only the controller takes rows
@@ -219,15 +221,48 @@ class EvalSession:
                 raise UsageError(f"{flag} {value}: needs the run store that holds it; drop --store none")
         if url is not None and self.selected and not self.config.option.collectonly:
             self.check_stored_runs(url)
+            self._take_lease(url)
             self.take_resumed_rows()
         if self.config.option.collectonly:
             return  # collection loads what its items need; nothing is loaded (or downloaded) before
         for name in self.selected:
             self.context(name)
+        if self.options.resume and self.resumed_settings is not None:
+            from fieldeval.run.resume import check_inputs
+
+            check_inputs(self.options.resume, self.resumed_settings,
+                         {name: self.benchmark(name).run_meta(self.context(name)) for name in self.selected})
+        for name in self.selected:
             bench = self.benchmark(name)
             if bench.warm is not None:
                 models = self.models_for(name)
                 bench.warm(self.bench_options[name], list(dict.fromkeys(getattr(m, "model", m) for m in models)))
+
+    def _take_lease(self, url: str) -> None:
+        """``--resume``: hold the run's lease in the store, so no second session resumes it meanwhile (controller)."""
+        if not self.options.resume or hasattr(self.config, "workerinput"):
+            return
+        from fieldeval.run.resume import holder
+        from fieldeval.store import declared_columns, open_store
+
+        me = holder()
+        with open_store(url, columns=declared_columns()) as store:
+            store.take_lease(self.options.resume, me)
+        self._lease = (url, me)
+
+    def _release_lease(self) -> None:
+        """Let go of the run's lease when the session ends without having replaced the run (which releases it)."""
+        if self._lease is None:
+            return
+        from fieldeval.store import declared_columns, open_store
+
+        url, me = self._lease
+        self._lease = None
+        try:
+            with open_store(url, columns=declared_columns()) as store:
+                store.release_lease(self.options.resume, me)
+        except Exception:  # noqa: BLE001  (a lease left behind by a dead process is taken over by the next resume)
+            pass
 
     def _start_stage(self, url: str) -> None:
         """Build the run's store rows while it runs when the store is a SQLite file (controller, with a session
@@ -361,6 +396,7 @@ class EvalSession:
         """Stop the solver threads, commit the cached responses and close the row spool."""
         self._spool.close()
         self._drop_stage()
+        self._release_lease()
         if self._pool is not None:
             self._pool.stop()
         if self.client.cache is not None:
@@ -394,6 +430,12 @@ class EvalSession:
         self.progress.plan([k for k in keys if k is not None] + resumed)
         for key in resumed:  # scored in the run being resumed
             self.progress.done[key] += 1
+        if self.resumed_settings:  # a resumed run is complete only once every item its session planned is scored
+            from fieldeval.store.groups import planned_items
+
+            for key, cases in planned_items(self.resumed_settings).items():
+                if key[0] in self.selected and self.progress.planned[key] < len(cases):
+                    self.progress.planned[key] = len(cases)
         self.eval_items = max(self.eval_items, sum(self.progress.planned.values()))
         self.trim_limit = trim_limit()
         self._write_progress()
@@ -829,9 +871,10 @@ class EvalSession:
                     store.save_staged(self._stage, self.run_id, self.completed_at, counts, built)
                 else:
                     flat, (_, rows, meta, _) = built(), handoff.result()
-                    if self.options.resume:  # the resumed run is replaced by its completed self, under the same id
-                        store.delete_run(self.options.resume)
-                    store.save_flat(flat, rows, meta)
+                    # a resumed run is replaced by its completed self, under the same id, in the same transaction
+                    store.save_flat(flat, rows, meta, replaces=self.options.resume,
+                                    lease=self._lease[1] if self._lease else None)
+                    self._lease = None if self.options.resume else self._lease
                 self._push_kept(store, url)
         except _Abandoned:
             return None

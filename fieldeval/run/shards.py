@@ -62,9 +62,14 @@ def run_group_meta(session: EvalSession) -> dict[str, Any]:
     index, count = shard_of(session.config)
     if session.options.matrix_job is not None:  # one job per model of the matrix
         index, count = session.options.matrix_job, len(session.matrix_models())
+    from fieldeval.run.resume import resume_settings
+
     settings = run_settings(session)
+    fingerprint = settings_hash(settings)  # a shard's label or --resume options never keep it from its group
+    settings["resume"] = resume_settings(session.options, {name: session.bench_options[name]
+                                                           for name in session.selected})
     return {"run_group": session.options.run_group or os.environ.get(RUN_GROUP_ENV) or None,
-            "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": settings_hash(settings)}
+            "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": fingerprint}
 
 
 __all__ = ["RUN_GROUP_ENV", "run_group_meta", "run_settings", "settings_hash", "shard_of"]

@@ -189,13 +189,16 @@ class RunStore:
                               meta, staged)
 
     def save_flat(self, flat: FlatRun, rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]],
-                  meta: Mapping[str, Any] | None = None, staged: ResponseStage | None = None) -> str:
+                  meta: Mapping[str, Any] | None = None, staged: ResponseStage | None = None, *,
+                  replaces: str | None = None, lease: str | None = None) -> str:
         """The second half of :meth:`save_run`: store a run whose table rows are built already (``flat``, from
-        :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction."""
+        :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction. With
+        ``replaces`` (a resumed run, under its own id), that run is deleted in the same transaction, which
+        ``lease`` (its holder, :meth:`take_lease`) must still hold; the lease goes with it."""
         if (meta or {}).get("rows_from"):  # a merged run's responses are its shards' rows: nothing is copied
             staged = None
         staged = self._usable(staged, flat.run_id, {name: len(rows) for name, rows in rows_by_benchmark.items()})
-        return self._save(flat.run_id, flat.scored_at, lambda: flat, meta, staged)
+        return self._save(flat.run_id, flat.scored_at, lambda: flat, meta, staged, replaces=replaces, lease=lease)
 
     def save_staged(self, staged: ResponseStage, run_id: str, scored_at: Any, counts: Mapping[str, int],
                     build: Callable[[], FlatRun]) -> str:
@@ -213,13 +216,16 @@ class RunStore:
         return None
 
     def _save(self, run_id: str, scored_at: Any, build: Callable[[], FlatRun], meta: Mapping[str, Any] | None,
-              staged: ResponseStage | None) -> str:
+              staged: ResponseStage | None, *, replaces: str | None = None, lease: str | None = None) -> str:
         """One run in one transaction: the staged responses first (their run's row comes later: foreign keys are
-        checked at the commit), then ``build()``'s rows. ``meta``: :meth:`save_run`'s (``rows_from``)."""
+        checked at the commit), then ``build()``'s rows. ``meta``: :meth:`save_run`'s (``rows_from``); ``replaces``
+        and ``lease``: :meth:`save_flat`'s."""
         t = self.tables
         try:
             with self.engine.connect() as conn, \
                     staged.attached(conn) if staged else contextlib.nullcontext(False) as copy_staged, conn.begin():
+                if replaces is not None:
+                    self._replace_run(conn, replaces, lease)
                 if conn.execute(sa.select(t.evaluations.c.run_id).where(t.evaluations.c.run_id == run_id)).first():
                     raise self._exists(run_id)
                 if copy_staged:
@@ -395,19 +401,79 @@ class RunStore:
             >>> store.delete_run("run_0a7c553e")  # doctest: +SKIP
             340
         """
-        t = self.tables
         with self.engine.begin() as conn:
-            require_runs(conn, t, [run_id], self.url)
-            shard = conn.execute(sa.select(t.evaluations.c.run_group, t.evaluations.c.shard_index).where(
-                t.evaluations.c.run_id == run_id)).one()
-            if shard.shard_index is not None and shard.run_group:
-                for merged_id, in conn.execute(sa.select(t.evaluations.c.run_id).where(
-                        t.evaluations.c.run_group == shard.run_group, t.evaluations.c.shard_index.is_(None))):
-                    if run_id in row_runs(conn, t, merged_id) and merged_id != run_id:
-                        raise UsageError(f"run {run_id}: shard {shard.shard_index} of the merged run {merged_id}, "
-                                         f"which reads its rows; `fieldeval runs delete {merged_id}` first")
-            deleted = conn.execute(t.evaluation_responses.delete().where(
-                t.evaluation_responses.c.run_id == run_id)).rowcount
-            for table in (t.evaluation_errors, t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):
-                conn.execute(table.delete().where(table.c.run_id == run_id))
+            return self._delete_run(conn, run_id)
+
+    def _delete_run(self, conn: Connection, run_id: str) -> int:
+        """:meth:`delete_run` inside the caller's transaction."""
+        t = self.tables
+        require_runs(conn, t, [run_id], self.url)
+        shard = conn.execute(sa.select(t.evaluations.c.run_group, t.evaluations.c.shard_index).where(
+            t.evaluations.c.run_id == run_id)).one()
+        if shard.shard_index is not None and shard.run_group:
+            for merged_id, in conn.execute(sa.select(t.evaluations.c.run_id).where(
+                    t.evaluations.c.run_group == shard.run_group, t.evaluations.c.shard_index.is_(None))):
+                if run_id in row_runs(conn, t, merged_id) and merged_id != run_id:
+                    raise UsageError(f"run {run_id}: shard {shard.shard_index} of the merged run {merged_id}, "
+                                     f"which reads its rows; `fieldeval runs delete {merged_id}` first")
+        deleted = conn.execute(t.evaluation_responses.delete().where(
+            t.evaluation_responses.c.run_id == run_id)).rowcount
+        for table in (t.evaluation_errors, t.evaluation_metrics, t.evaluation_benchmarks, t.evaluations):
+            conn.execute(table.delete().where(table.c.run_id == run_id))
         return deleted
+
+    def _replace_run(self, conn: Connection, run_id: str, lease: str | None) -> None:
+        """Delete the run a resumed session completes, in the caller's transaction, while ``lease`` still holds it."""
+        t = self.tables
+        held = conn.execute(sa.select(t.run_leases.c.holder).where(t.run_leases.c.run_id == run_id)).scalar()
+        if lease is not None and held != lease:
+            raise UsageError(f"run {run_id}: its resume lease is no longer this session's ({held or 'none'}); the "
+                             "stored run is left as it was")
+        self._delete_run(conn, run_id)
+        conn.execute(t.run_leases.delete().where(t.run_leases.c.run_id == run_id))
+
+    def take_lease(self, run_id: str, holder: str) -> None:
+        """Hold ``run_id`` for one resuming session (``holder``: host and process); a usage error while another
+        live session holds it. A lease whose process on this host is gone is taken over."""
+        from fieldeval.store.schema import utcnow
+
+        t = self.tables.run_leases
+        for _ in range(2):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(t.insert().values(run_id=run_id, holder=holder, taken_at=utcnow()))
+                return
+            except sa.exc.IntegrityError:
+                with self.engine.begin() as conn:
+                    found = conn.execute(sa.select(t.c.holder, t.c.taken_at).where(t.c.run_id == run_id)).first()
+                    if found is None:
+                        continue
+                    if not _alive(found.holder):
+                        conn.execute(t.delete().where(t.c.run_id == run_id, t.c.holder == found.holder))
+                        continue
+                raise UsageError(f"--resume {run_id}: another session is resuming it ({found.holder}, since "
+                                 f"{iso(found.taken_at)}); wait for it to end") from None
+        raise UsageError(f"--resume {run_id}: could not take its lease; try again")
+
+    def release_lease(self, run_id: str, holder: str) -> None:
+        """Let go of ``run_id``'s lease, if ``holder`` still holds it."""
+        t = self.tables.run_leases
+        with self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.run_id == run_id, t.c.holder == holder))
+
+
+def _alive(holder: str) -> bool:
+    """Whether a lease's holder (``host:pid``) may still be running: any other host's, or a live process here."""
+    import os
+    import socket
+
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -89,6 +89,7 @@ class Tables:
     evaluation_metrics: sa.Table
     evaluation_responses: sa.Table
     evaluation_errors: sa.Table
+    run_leases: sa.Table
     run_columns: tuple[str, ...] = ()
     response_columns: tuple[str, ...] = ()
 
@@ -196,6 +197,12 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("message", sa.Text),
             sa.Index("ix_evaluation_errors_run", "run_id"),
         ),
+        run_leases=sa.Table(  # the one session resuming a run (fieldeval.run.resume)
+            "run_leases", metadata,
+            sa.Column("run_id", sa.Text, primary_key=True),
+            sa.Column("holder", sa.Text, nullable=False),
+            sa.Column("taken_at", UtcDateTime, nullable=False),
+        ),
         run_columns=run_columns,
         response_columns=response_columns,
     )
@@ -273,6 +280,11 @@ def _migration_4(conn: Connection) -> None:
                          f"WHERE run_group IS NOT NULL AND shard_index IS NULL{spared}")
 
 
+def _migration_5(conn: Connection) -> None:
+    """Create run_leases: which session is resuming a run."""
+    GENERIC.run_leases.create(conn, checkfirst=True)
+
+
 def _sql_text(value: str) -> str:
     """``value`` as an SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -285,6 +297,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (2, "items planned, done and errored per run; evaluation_errors; models.key_env", _migration_2),
     (3, "run groups: shards of one sharded run, their settings, full rows", _migration_3),
     (4, "one merged run per run group", _migration_4),
+    (5, "run leases: one session resumes a run at a time", _migration_5),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
