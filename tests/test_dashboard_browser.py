@@ -92,6 +92,11 @@ def server(store: Path):
     running.stop()
 
 
+def _dashboard(server: Server) -> str:
+    """The URL ``fieldeval serve`` prints: the dashboard with its token, which the page keeps as a cookie."""
+    return f"{server.base}/?token={server.token}"
+
+
 def _wait(driver, script: str, timeout: float = 20):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -116,7 +121,7 @@ def test_dashboard_renders_radar_and_table_sorts_filters_and_escapes(browser, se
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    browser.get(server.base + "/")
+    browser.get(_dashboard(server))
     assert _wait(browser, "return document.querySelector('#ibf-radar .main-svg') !== null")
     assert browser.execute_script("return document.getElementById('ibf-radar').data.length") == 2
     assert browser.execute_script("return document.querySelectorAll('#ibf-radar .scatterlayer .trace').length") >= 2
@@ -145,7 +150,7 @@ def test_live_status_of_a_running_run_is_shown(browser, server):
     status, started = server.call("POST", "/api/evaluations", {"model_id": "ibf-floor", "corpus_version": "ibf-v1.0",
                                                                "label": "live"})
     assert status == 202
-    browser.get(server.base + "/")
+    browser.get(_dashboard(server))
     row = f"#runs-table tr[data-run='{started['run_id']}'] .status"
     assert _wait(browser, f"const c = document.querySelector(\"{row}\"); return c && c.textContent.trim()")
     assert _wait(browser, f"return document.querySelector(\"{row}\").textContent === 'completed'", timeout=90)
@@ -201,7 +206,7 @@ def _traces(driver) -> list[dict]:
 
 @pytest.mark.parametrize("width", [1400, 420])
 def test_every_text_fits_and_every_chart_has_titles_and_intervals_at_desktop_and_phone_width(browser, server, width):
-    _open_at(browser, server.base + "/", width)
+    _open_at(browser, _dashboard(server), width)
     assert browser.execute_script(CHECK_PAGE) == NO_PROBLEMS
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
     cards = browser.execute_script("return getComputedStyle(document.querySelector('#runs-table thead')).display")
@@ -213,7 +218,7 @@ def test_every_text_fits_and_every_chart_has_titles_and_intervals_at_desktop_and
 
 def test_the_page_check_finds_cut_text_and_missing_titles(browser, server):
     # the check above must be able to fail: a clipped cell, and a chart with cut labels and no axis titles
-    _open_at(browser, server.base + "/", 1400)
+    _open_at(browser, _dashboard(server), 1400)
     browser.execute_script(
         "const td = document.querySelector('#runs-table td.label');"
         "td.style.cssText = 'display:block;max-width:30px;white-space:nowrap;overflow:hidden';"
@@ -232,7 +237,7 @@ def test_the_page_check_finds_cut_text_and_missing_titles(browser, server):
 
 
 def test_one_colour_per_run_across_every_chart(browser, server):
-    _open_at(browser, server.base + "/", 1400)
+    _open_at(browser, _dashboard(server), 1400)
     colours: dict[str, set[str]] = {}
     for trace in _traces(browser):
         if trace["type"] in ("bar", "scatterpolar"):
@@ -244,7 +249,7 @@ def test_one_colour_per_run_across_every_chart(browser, server):
 def test_shards_are_hidden_while_their_merged_run_is_shown(browser, server):
     from selenium.webdriver.common.by import By
 
-    _open_at(browser, server.base + "/", 1400)
+    _open_at(browser, _dashboard(server), 1400)
     shards = browser.execute_script("return Array.from(document.querySelectorAll('#runs-table tr[data-shard-of]'))"
                                     ".map(r => [r.dataset.run, r.dataset.shardOf])")
     assert len(shards) == 2 and len({merged for _, merged in shards}) == 1
@@ -257,7 +262,7 @@ def test_shards_are_hidden_while_their_merged_run_is_shown(browser, server):
 
 
 def test_an_errored_run_is_marked_in_the_table_and_the_charts(browser, server):
-    _open_at(browser, server.base + "/", 1400)
+    _open_at(browser, _dashboard(server), 1400)
     badge = browser.execute_script("const b = document.querySelector(\"#runs-table tr[data-run='run_0000dead'] .errored-badge\");"
                                    "return b && b.textContent")
     assert badge == "⚠ 10 errored"
@@ -266,8 +271,21 @@ def test_an_errored_run_is_marked_in_the_table_and_the_charts(browser, server):
 
 
 def test_the_ebs_headline_chart_compares_every_shown_run(browser, server):
-    _open_at(browser, server.base + "/", 1400)
+    _open_at(browser, _dashboard(server), 1400)
     names = [t["name"] for t in _traces(browser) if t["chart"] == "ebs-headline"]
     assert len(names) == 3 and any("run_0000eeee" in n for n in names)
     x = browser.execute_script("return document.getElementById('ebs-headline').data[0].x")
     assert x == ["ontology score", "exact match", "hierarchy score", "in template enum", "parse success"]
+
+
+def test_the_form_starts_an_evaluation_with_the_pages_cookie(browser, server):
+    from selenium.webdriver.common.by import By
+
+    browser.get(_dashboard(server))
+    browser.find_element(By.ID, "evaluate-model").send_keys("ibf-floor")
+    browser.find_element(By.ID, "evaluate-label").send_keys("from the form")
+    browser.find_element(By.CSS_SELECTOR, "#evaluate button[type='submit']").click()
+    status = _wait(browser, "const s = document.getElementById('evaluate-status').textContent; return s && s")
+    assert status.startswith("started run_"), status  # a 401 would show the service's message instead
+    run_id = status.split()[1]
+    server.wait_for(run_id, ("completed",))

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fieldeval.service import write_token_file
 from fieldeval.service.app import create_app
 from tests.service_helpers import ROOT, Server, free_port
 
@@ -175,6 +174,8 @@ def test_the_printed_url_opens_the_dashboard_and_its_cookie_lets_the_api_through
 
 
 def test_the_token_file_is_0600_even_over_an_older_readable_one(tmp_path):
+    from fieldeval.service import write_token_file
+
     path = tmp_path / "state" / "serve-8000.token"
     path.parent.mkdir()
     path.write_text("old\n")
