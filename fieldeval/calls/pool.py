@@ -20,7 +20,11 @@ only while its owner is alive and its lease is fresh (a heartbeat renews it);
 a planned row it claims and solves itself, and a row whose owner died or
 went silent it takes over. So a dead worker never blocks another, and every
 wait ends by a deadline. Once the stop flag is set (``-x``, ``--maxfail``,
-Ctrl-C), no planned row starts.
+Ctrl-C), no planned row starts. A solver whose item will fail (its model call
+errored, or it crashed) counts on the board as it finishes, and the count that
+reaches ``--maxfail`` sets the stop flag there and then, for every process,
+before pytest reports the item. A process keeps a result in memory only while
+one of its own items waits for it; every other result is read from the board.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Board:
         db.execute("CREATE INDEX IF NOT EXISTS runs_planned ON runs (state, seq)")
         db.execute("CREATE TABLE IF NOT EXISTS dead (model TEXT PRIMARY KEY, message TEXT NOT NULL)")
         db.execute("CREATE TABLE IF NOT EXISTS stop (id INTEGER PRIMARY KEY CHECK (id = 0), reason TEXT NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS failures (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL)")
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -137,6 +142,21 @@ class Board:
         """No planned row starts from now on, in any process."""
         self._db().execute("INSERT OR IGNORE INTO stop (id, reason) VALUES (0, ?)", (reason,))
 
+    def count_failure(self, maxfail: int, reason: str) -> int:
+        """Count one failing item, session-wide; the count that reaches ``maxfail`` sets the stop flag with it."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            failures = db.execute("INSERT INTO failures (id, n) VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET n = n + 1 "
+                                  "RETURNING n").fetchone()[0]
+            if failures >= maxfail:
+                db.execute("INSERT OR IGNORE INTO stop (id, reason) VALUES (0, ?)", (reason,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return failures
+
     def stopped(self) -> str | None:
         """Why the session is stopping, or None."""
         row = self._db().execute("SELECT reason FROM stop").fetchone()
@@ -179,6 +199,14 @@ def _outcome(job: Job) -> tuple[str, bytes]:
         return "failed", pickle.dumps(("crash", traceback.format_exc()))
 
 
+def fails_item(state: str, payload: bytes) -> bool:
+    """Whether an outcome fails its item as pytest counts it: every failed solver but a skipped model call."""
+    if state != "failed":
+        return False
+    value = pickle.loads(payload)
+    return not (value[0] == "call" and value[3] == "skipped")
+
+
 def _result(state: str, payload: bytes) -> Any:
     value = pickle.loads(payload)
     if state == "done":
@@ -197,14 +225,17 @@ class SolverPool:
         board: the session's board.
         jobs: item key (node id) -> the solver call for that item.
         threads: how many solvers this process runs at once (its share of ``--concurrency``).
+        maxfail: pytest's ``--maxfail`` (1 for ``-x``, 0 for none): this many failing solvers stop the session.
     """
 
-    def __init__(self, board: Board, jobs: MutableMapping[str, Job], threads: int) -> None:
+    def __init__(self, board: Board, jobs: MutableMapping[str, Job], threads: int, *, maxfail: int = 0) -> None:
         self.board = board
         self.jobs = jobs
         self.pid = os.getpid()
+        self.maxfail = maxfail
         self._stop = threading.Event()
-        self._done: dict[str, tuple[str, bytes]] = {}
+        self._done: dict[str, tuple[str, bytes]] = {}  # outcomes an item of this process is waiting for
+        self._waiting: set[str] = set()
         self._cond = threading.Condition()
         self._running: set[str] = set()
         count = max(1, min(threads, len(jobs))) if jobs else 0
@@ -272,12 +303,20 @@ class SolverPool:
                 self._running.discard(key)
             self.board.release(key, self.pid)
             raise
+        if self.maxfail and fails_item(state, payload):  # before the row reads finished: no item outruns the stop
+            self.board.count_failure(self.maxfail, "-x" if self.maxfail == 1 else f"--maxfail {self.maxfail}")
         self.board.finish(key, state, payload)
         with self._cond:
             self._running.discard(key)
-            self._done[key] = (state, payload)
+            if key in self._waiting:
+                self._done[key] = (state, payload)
             self._cond.notify_all()
         return state, payload
+
+    def held(self) -> int:
+        """How many outcomes this process holds in memory."""
+        with self._cond:
+            return len(self._done)
 
     def answer(self, key: str, model: str = "-") -> Any:
         """The solver's result for an item: made here or by any process, waited for, or solved now. The item's
@@ -287,9 +326,14 @@ class SolverPool:
             ModelCallError: the solver's model call failed, or the session is stopping.
             SolverCrash: the solver itself raised.
         """
+        with self._cond:
+            self._waiting.add(key)
         try:
             return self._answer(key, model)
         finally:
+            with self._cond:
+                self._waiting.discard(key)
+                self._done.pop(key, None)
             self.jobs.pop(key, None)
 
     def _answer(self, key: str, model: str) -> Any:
@@ -309,8 +353,6 @@ class SolverPool:
                 return _result(*_outcome(job))  # not on the board: solve it here
             state, owner, lease, payload = row
             if state in ("done", "failed"):
-                with self._cond:
-                    self._done.pop(key, None)
                 return _result(state, payload)
             if state == "planned":
                 if job is not None and self._claim(key):
@@ -333,4 +375,4 @@ class SolverPool:
             pause = min(pause * 2, POLL_MAX_S)
 
 
-__all__ = ["Board", "SolverClient", "SolverCrash", "SolverPool", "alive"]
+__all__ = ["Board", "SolverClient", "SolverCrash", "SolverPool", "alive", "fails_item"]

@@ -66,6 +66,7 @@ class EvalSession:
         self._resumed: dict[str, list[dict]] | None = None  # --resume: the stored run's scored rows
         self.resumed_settings: dict[str, Any] | None = None  # --resume: the stored run's settings
         self._lease: tuple[str, str] | None = None  # --resume: (store URL, holder) of the run's lease, while held
+        self._kept: Path | None = None  # the run's unstored.json, from before the store write until its commit
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._spool = RowSpool(session_dir)  # only the controller takes rows
@@ -109,7 +110,8 @@ class EvalSession:
         limits = CallLimits(concurrency=options.concurrency, rpm=options.rpm, models=load_model_limits(tool),
                             worker=worker, rate_dir=session_dir, hold_s=options.call_timeout)
         client = ModelClient(retries=options.retries, call_timeout=options.call_timeout, cache_mode=options.cache,
-                             cache=cache, prices=load_prices(tool, options.prices), limits=limits)
+                             cache=cache, prices=load_prices(tool, options.prices), limits=limits,
+                             max_answer_bytes=options.max_answer_bytes)
         if session_dir is not None:
             from fieldeval.calls.pool import Board
 
@@ -794,11 +796,13 @@ class EvalSession:
         if self._handoff is not None and not self._handoff.done():
             self._handoff.set_exception(_Abandoned())
 
-    def start_save_run(self, exitstatus: int, folder: Path) -> Future:
+    def start_save_run(self, exitstatus: int, folder: Path, rows_digest: str | None = None) -> Future:
         """:meth:`save_run`, begun now: the run's table rows are built here and handed to the store's thread (the
         one :meth:`begin_store` started, else one started now); the future gives what :meth:`save_run` returns.
-        The controller writes the run's files meanwhile: the store's statements and its commit run outside the
-        GIL (at 100,000 items, about 2 s that no longer add to the files' time)."""
+        With ``rows_digest`` (the digest of ``folder``'s rows file, written already), the run is first kept in
+        ``folder/unstored.json`` (:func:`~fieldeval.store.pending.keep_unstored`), which the store's thread removes
+        once the store has committed: a session killed at any moment leaves a run ``runs push`` can store. The
+        controller writes the run's other files meanwhile."""
         url = self.store_url()
         if url is None:
             return _done(None)
@@ -826,6 +830,8 @@ class EvalSession:
             self.abandon_store()
             raise
         self.completed_at = meta["completed_at"]
+        if rows_digest is not None:
+            self._keep_first(folder, url, meta, rows_digest)
         try:
             flat: FlatRun | Exception = flatten_run(self.payload(), rows, meta, declared_columns())
         except Exception as error:  # noqa: BLE001  (reported as the store's refusal: the run is kept)
@@ -835,6 +841,39 @@ class EvalSession:
         if self._saving is None:
             self._saving = _in_thread(self._store_run, url, {name: len(r) for name, r in rows.items()}, handoff)
         return self._saving
+
+    def _keep_first(self, folder: Path, url: str, meta: dict, rows_digest: str) -> None:
+        """Keep the run beside its rows file before the store may commit it, with the digests of both (a full disk
+        leaves it to be kept whole if the store refuses it)."""
+        from fieldeval.run.runfiles import ROWS_FILE
+        from fieldeval.store.pending import digest_of, keep_unstored
+
+        payload = self.payload()
+        payload["digest"] = {"rows": rows_digest, "metrics": digest_of(payload.get("benchmarks"))}
+        try:
+            self._kept = keep_unstored(folder, url, payload, None, meta, rows_file=Path(folder) / ROWS_FILE,
+                                       recompute=self._recompute())
+        except OSError:
+            self._kept = None
+
+    def _recompute(self) -> dict[str, Any]:
+        """What a kept run's metrics are recomputed from besides its rows (``runs push`` checks them)."""
+        return {"seed": self.options.seed, "resamples": self.options.resamples, "cluster_by": self.options.cluster_by,
+                "errors": [[b, str(m), n] for (b, m), n in self.errors.items()],
+                "planned": [[b, str(m), n] for (b, m), n in self.progress.planned.items()]}
+
+    def _kept_line(self, kept: Path, url: str, reason: str | None, error: Exception | None = None) -> str:
+        """The one line saying the run was not stored and where it is kept, with the command that stores it."""
+        from fieldeval.store.runs import RunExists
+        from fieldeval.store.url import redact
+
+        head = f"fieldeval: run {self.run_id} not stored" + (f" ({reason})" if reason else "")
+        name = self.run_id if kept.parent.name == self.run_id else kept  # a later session's folder: its file
+        if isinstance(error, RunExists):
+            return (f"{head}; kept in {kept}: store it under a new id with "
+                    f"`fieldeval runs push {kept} --as run_NEW --store {redact(url)}`")
+        return (f"{head}; kept in {kept}: store it with `fieldeval runs push {name} --store {redact(url)}` once the "
+                "store is back")
 
     def keep_unsaved(self) -> str | None:
         """Keep the run for ``runs push`` when its store write has begun and not returned (the process is about to
@@ -847,9 +886,11 @@ class EvalSession:
                 or self._saving is None or self._saving.done():
             return None
         folder, rows, meta, _ = handoff.result()
-        kept = keep_unstored(folder, url, self.payload(), rows, meta)
+        kept = self._kept if self._kept is not None and self._kept.exists() else keep_unstored(
+            folder, url, self.payload(), rows, meta, recompute=self._recompute())
+        name = self.run_id if kept.parent.name == self.run_id else kept
         return (f"run {self.run_id} may not be stored; kept in {kept}: store it with "
-                f"`fieldeval runs push {self.run_id} --store {redact(url)}`")
+                f"`fieldeval runs push {name} --store {redact(url)}`")
 
     def _store_run(self, url: str, counts: dict[str, int], handoff: Future) -> str | None:
         """The store's thread: one transaction, or the run kept for ``runs push`` (also when building its rows
@@ -875,6 +916,9 @@ class EvalSession:
                     store.save_flat(flat, rows, meta, replaces=self.options.resume,
                                     lease=self._lease[1] if self._lease else None)
                     self._lease = None if self.options.resume else self._lease
+                if self._kept is not None:  # committed: the kept copy goes
+                    self._kept.unlink(missing_ok=True)
+                    self._kept = None
                 self._push_kept(store, url)
         except _Abandoned:
             return None
@@ -885,15 +929,20 @@ class EvalSession:
                 folder, rows, meta, _ = handoff.result()
             except _Abandoned:
                 return None
+            if self._kept is not None and self._kept.exists():
+                return self._kept_line(self._kept, url, reason, error)
             try:
-                kept = keep_unstored(folder, url, self.payload(), rows, meta)
+                self._kept = keep_unstored(folder, url, self.payload(), rows, meta, recompute=self._recompute())
             except OSError as write_error:
                 return (f"fieldeval: run {self.run_id} not stored ({reason}) and could not be kept either "
                         f"({write_error.strerror or write_error}); free the disk and run again")
-            return (f"fieldeval: run {self.run_id} not stored ({reason}); kept in {kept}: store it with "
-                    f"`fieldeval runs push {self.run_id} --store {redact(url)}` once the store is back")
+            return self._kept_line(self._kept, url, reason, error)
         self._drop_stage()
         return None
+
+    def kept_file(self) -> Path | None:
+        """The run's kept file while the store has not committed the run (or refused it), else None."""
+        return self._kept if self._kept is not None and self._kept.exists() else None
 
     def flush_stage(self) -> None:
         """Build and write the store rows of the items that reported since the stage's last chunk."""
