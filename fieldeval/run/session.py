@@ -340,7 +340,8 @@ class EvalSession:
         board = self.client.board
         if board is None:  # no session folder (an eval module outside the selected ones): this process alone
             board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
-        self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency())
+        self._pool = SolverPool(board, jobs, self.client.limits.local_concurrency(),
+                                maxfail=self.config.option.maxfail or 0)
         if self.config.option.collectonly:
             if self.options.designed and not hasattr(self.config, "workerinput"):  # the controller prints it
                 self.print_plan(items)
