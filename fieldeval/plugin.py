@@ -571,25 +571,33 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     if state.disk_full is not None:
         exitstatus = SAVE_FAILED
     problem = None
-    # the store takes the run in a thread of its own while the files are written: its SQL runs outside the GIL
-    saving, unsaved = None, None
+    # the rows file first, then the run kept beside it (unstored.json, with both digests), then the store's commit
+    # in a thread of its own while the other files are written: a kill at any moment leaves a run to push
+    saving, unsaved, rows = None, None, None
+    try:
+        rows = files.write_rows(state.row_lines())
+    except OSError as error:
+        if not out_of_space(error):
+            raise
+        problem = full_disk_line("the rows file", error)
     if state.has_results():
         try:
-            saving = state.start_save_run(exitstatus, files.folder)
+            saving = state.start_save_run(exitstatus, files.folder, files.rows_sha256 if rows is not None else None)
         except Exception as error:  # noqa: BLE001  (raised again once the files are written: they come first)
             unsaved = error
     try:
-        rows = files.write_rows(state.row_lines())  # beside the store's commit: it holds a span at a time
-        tables = state.write_outputs(files.folder)
-        json_plugin = getattr(config, "_json_report", None)
-        report = getattr(json_plugin, "report", None)
-        if report is not None:
-            report["exitcode"] = exitstatus
-            report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
-            trim_report(report, state.eval_items, state.released_entries)
-            files.write_report(report, indent=config.option.json_report_indent)
-        files.publish(tables)
-        files.mark(state.status, started_at=state.started_at, exitcode=exitstatus)
+        if state.store_url() is not None and state.has_results():
+            files.mark("saving", run_status=state.status, started_at=state.started_at, exitcode=exitstatus)
+        if rows is not None:
+            tables = state.write_outputs(files.folder)
+            json_plugin = getattr(config, "_json_report", None)
+            report = getattr(json_plugin, "report", None)
+            if report is not None:
+                report["exitcode"] = exitstatus
+                report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
+                trim_report(report, state.eval_items, state.released_entries)
+                files.write_report(report, indent=config.option.json_report_indent)
+            files.publish(tables)
         summary_md = state.options.summary_md or os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_md and state.has_results():
             from fieldeval.run.summary import render_markdown
@@ -599,9 +607,19 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     except OSError as error:
         if not out_of_space(error):
             raise
-        problem = full_disk_line("the report and tables", error)
+        problem = problem or full_disk_line("the report and tables", error)
     finally:
         stored = saving.result() if saving is not None else None  # waited for, whatever the files did
+    kept = state.kept_file()
+    # the run's status once the store has committed it; "kept" while it waits in unstored.json for runs push
+    try:
+        fields = {"run_status": state.status, "kept": str(kept)} if kept is not None else {}
+        files.mark("kept" if kept is not None else state.status, started_at=state.started_at, exitcode=exitstatus,
+                   **fields)
+    except OSError as error:
+        if not out_of_space(error):
+            raise
+        problem = problem or full_disk_line("status.json", error)
     if unsaved is not None:
         raise unsaved
     problem = stored or problem

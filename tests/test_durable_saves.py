@@ -87,6 +87,7 @@ def _error_lines(result) -> list[str]:
 
 def test_store_gone_at_the_save_keeps_the_run_and_runs_push_stores_it(project, monkeypatch):
     from fieldeval.store import open_store
+    from fieldeval.store.pending import read_unstored
 
     store = project.path / "db" / "store.db"
     monkeypatch.setenv("BREAK_SQLITE", str(store))
@@ -95,7 +96,7 @@ def test_store_gone_at_the_save_keeps_the_run_and_runs_push_stores_it(project, m
     lines = _error_lines(result)
     assert len(lines) == 1 and "run_keep0001 not stored" in lines[0] and "fieldeval runs push run_keep0001" in lines[0]
     kept = project.path / "reports" / "runs" / "run_keep0001" / "unstored.json"
-    rows = json.loads(kept.read_text())["rows"]["ebs"]
+    rows = read_unstored(kept).rows["ebs"]  # the rows file beside it, checked against its digest
     assert len(rows) == 3  # four cases, one errored
 
     (store).rmdir()

@@ -13,6 +13,7 @@ never leaves a report that claims to be its own.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -52,13 +53,19 @@ def publish_lock(reports_dir: Path) -> Iterator[None]:
 
 
 class RunFiles:
-    """One session's folder under ``<reports>/runs/`` and where its report is published."""
+    """One session's folder under ``<reports>/runs/`` and where its report is published.
+
+    The folder is this session's alone: ``runs/<run_id>/`` when no session had it, else ``runs/<run_id>.2/``
+    (``.3``, ...), so a second session with the same run id (refused by the store, or resuming the run) never
+    overwrites another's files.
+    """
 
     def __init__(self, reports_dir: Path, run_id: str, report_path: Path) -> None:
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id
-        self.folder = self.reports_dir / RUNS_DIR / run_id
+        self.folder = _claim(self.reports_dir / RUNS_DIR, run_id)
         self.report_path = Path(report_path)
+        self.rows_sha256: str | None = None  # the rows file's digest, once written
 
     def mark(self, status: str, **fields: object) -> None:
         """Write ``status.json``: ``running`` while the session runs, then its run status."""
@@ -77,8 +84,17 @@ class RunFiles:
         here, bytes are such a line already (:meth:`~fieldeval.run.spool.RowSpool.lines`)."""
         path = self.folder / ROWS_FILE
         dumps = json.JSONEncoder(default=str, separators=(",", ":")).encode  # ASCII: lone surrogates escaped too
+        digest = hashlib.sha256()
+
+        def lines() -> Iterator[bytes]:
+            for row in rows:
+                line = row if type(row) is bytes else (dumps(row) + "\n").encode("ascii")
+                digest.update(line)
+                yield line
+
         with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-            handle.writelines(row if type(row) is bytes else (dumps(row) + "\n").encode("ascii") for row in rows)
+            handle.writelines(lines())
+        self.rows_sha256 = "sha256:" + digest.hexdigest()
         return path
 
     def rows_pointer(self, path: Path, count: int) -> dict:
@@ -93,6 +109,28 @@ class RunFiles:
             report = self.folder / REPORT_FILE
             if report.is_file() and report.resolve() != self.report_path.resolve():
                 copy_atomic(report, self.report_path)
+
+
+def _claim(runs_dir: Path, run_id: str) -> Path:
+    """Make the first of ``runs_dir/<run_id>``, ``<run_id>.2``, ... that does not exist yet, and return it."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        folder = runs_dir / (run_id if n == 1 else f"{run_id}.{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise OSError(f"{runs_dir}: 9,999 folders of run {run_id} already; remove the old ones")
+
+
+def sha256_file(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
 
 
 def trim_report(report: dict, items: int, released: int = 0) -> None:
@@ -113,4 +151,4 @@ def trim_report(report: dict, items: int, released: int = 0) -> None:
     report["collectors"] = []  # omitted from the start when the suite's size was known before collection
 
 
-__all__ = ["ROWS_FILE", "TRIM_ABOVE_ITEMS", "trim_limit", "RunFiles", "publish_lock", "trim_report"]
+__all__ = ["ROWS_FILE", "TRIM_ABOVE_ITEMS", "trim_limit", "RunFiles", "publish_lock", "sha256_file", "trim_report"]

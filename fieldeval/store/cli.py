@@ -214,15 +214,21 @@ def _runs_push(args: argparse.Namespace) -> int:
 
     from fieldeval.errors import UsageError
     from fieldeval.run.options import RUN_ID
-    from fieldeval.store.pending import RUNS_DIR, UNSTORED_FILE, push, read_unstored
+    from fieldeval.store.pending import find_unstored, push, read_unstored
 
-    if not RUN_ID.fullmatch(args.run_id):
-        raise UsageError(f"runs push {args.run_id!r}: not a run id; pass the id the session printed, e.g. run_3b9e204a")
-    run = read_unstored(Path(args.reports_dir) / RUNS_DIR / args.run_id / UNSTORED_FILE)
+    target = args.run_id
+    if RUN_ID.fullmatch(target):
+        path = find_unstored(Path(args.reports_dir), target)
+    elif target.endswith(".json") or Path(target).is_file():
+        path = Path(target)
+    else:
+        raise UsageError(f"runs push {target!r}: not a run id nor a kept file; pass the id the session printed "
+                         "(e.g. run_3b9e204a) or its reports/runs/<run>/unstored.json")
+    run = read_unstored(path)
     with _store(args, create=True) as store:
-        push(run, store)
+        stored_id = push(run, store, as_id=args.as_id)
     count = sum(len(rows) for rows in run.rows.values())
-    print(f"stored {run.run_id} ({count} responses) in {store.url}")
+    print(f"stored {stored_id} ({count} responses) in {store.url}")
     return 0
 
 
@@ -327,7 +333,10 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
                          help="a drop the --baseline-run gate tolerates, in the metric's units (default: 0)")
     r_merge.set_defaults(func=_runs_merge)
     r_push = runs_sub.add_parser("push", help="store a run its session kept because the store could not take it")
-    r_push.add_argument("run_id", metavar="RUN")
+    r_push.add_argument("run_id", metavar="RUN_OR_FILE",
+                        help="the run id its session printed, or the path of its unstored.json")
+    r_push.add_argument("--as", dest="as_id", metavar="NEW_ID",
+                        help="store it under this run id (when the store holds another run of its id)")
     r_push.add_argument("--reports-dir", metavar="DIR", default="reports",
                         help="the session's reports folder, holding runs/RUN/unstored.json (default: reports)")
     r_push.set_defaults(func=_runs_push)

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from fieldeval.store.stage import ResponseStage
 
 
+class RunExists(UsageError):
+    """A run of that id is in the store already (runs are immutable)."""
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """One stored run, as ``runs list`` shows it.
@@ -255,7 +259,7 @@ class RunStore:
 
     def _exists(self, run_id: str) -> UsageError:
         """The error for saving a run id twice."""
-        return UsageError(f"run {run_id}: already in the store {self.url}; runs are immutable, "
+        return RunExists(f"run {run_id}: already in the store {self.url}; runs are immutable, "
                           "save the session under a new run id")
 
     def list_runs(self, benchmark: str | None = None, corpus_version: str | None = None) -> list[RunSummary]:
