@@ -8,9 +8,11 @@ The model name in each request picks the behaviour:
 - ``mock-invalid``: HTTP 200 whose body is not JSON;
 - ``mock-nochoices``: HTTP 200 JSON without ``choices``;
 - ``mock-hang``: sleeps an hour before answering;
-- ``mock-401``: HTTP 401.
+- ``mock-401``: HTTP 401;
+- ``mock-large``: a normal reply whose text is ``LARGE_ANSWER_BYTES`` long (over the default
+  ``--max-answer-bytes``).
 
-``GET /stats`` returns the requests seen (count, per model), the most in flight at once,
+``GET /stats`` returns the requests seen (count, per model, per Authorization header), the most in flight at once,
 and the server's clock at the first request's start and the last response's end;
 ``POST /reset`` clears them and takes ``{"delay": seconds}``.
 """
@@ -24,6 +26,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+LARGE_ANSWER_BYTES = 2 * 1024 * 1024
+
 
 class Stats:
     def __init__(self) -> None:
@@ -34,15 +38,18 @@ class Stats:
         self.delay = delay
         self.requests = 0
         self.by_model: dict[str, int] = {}
+        self.by_key: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self.first_start: float | None = None
         self.last_end: float | None = None
 
-    def begin(self, model: str) -> None:
+    def begin(self, model: str, key: str | None = None) -> None:
         with self.lock:
             self.requests += 1
             self.by_model[model] = self.by_model.get(model, 0) + 1
+            if key is not None:
+                self.by_key[key] = self.by_key.get(key, 0) + 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             if self.first_start is None:
@@ -55,7 +62,8 @@ class Stats:
 
     def as_dict(self) -> dict:
         with self.lock:
-            return {"requests": self.requests, "by_model": dict(self.by_model), "in_flight": self.in_flight,
+            return {"requests": self.requests, "by_model": dict(self.by_model), "by_key": dict(self.by_key),
+                    "in_flight": self.in_flight,
                     "max_in_flight": self.max_in_flight, "first_start": self.first_start, "last_end": self.last_end}
 
 
@@ -91,7 +99,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error": {"message": "body is not JSON", "type": "invalid_request_error"}}')
             return
         model = body.get("model", "")
-        STATS.begin(model)
+        STATS.begin(model, self.headers.get("Authorization"))
         try:
             if STATS.delay:
                 time.sleep(STATS.delay)
@@ -108,6 +116,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 prompt = json.dumps(body.get("messages", []))
                 text = "cropland biome [ENVO:01000245]" if "Iowa" in prompt else "forest biome [ENVO:01000174]"
+                if model == "mock-large":
+                    text = "x" * LARGE_ANSWER_BYTES
                 reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
                          "choices": [{"index": 0, "finish_reason": "stop",
                                       "message": {"role": "assistant", "content": text}}],
@@ -132,7 +142,7 @@ def serve(port: int = 0) -> Server:
 
 
 def extra_models_yaml(port: int, names=("mock-ok", "mock-500", "mock-invalid", "mock-nochoices", "mock-hang",
-                                        "mock-401")) -> str:
+                                        "mock-401", "mock-large")) -> str:
     """llm's ``extra-openai-models.yaml`` registering each behaviour as a model at this server."""
     return "".join(f"- model_id: {name}\n  model_name: {name}\n  api_base: http://127.0.0.1:{port}/v1\n"
                    for name in names)

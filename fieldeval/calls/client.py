@@ -10,7 +10,12 @@ a plain client for scripts. A call is:
 An OpenAI-compatible model (llm's OpenAI chat models, endpoints registered with
 ``fieldeval models add``) is called directly over HTTP: one urllib3 connection
 pool per endpoint and key, no streaming, no retries of its own, and the
-pool's own timeout (``call_timeout``) ends a hung request. Any other llm
+pool's own timeout (``call_timeout``) ends a hung request. Each new connection
+resolves the endpoint's host, refuses it when any address breaks the registration
+rules (:func:`fieldeval.calls.endpoints.forbidden_kind`) and connects to the address
+it checked; the proxy environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY) is
+honoured as requests and httpx honour it, the checks then applying to the target;
+an answer is read up to ``max_answer_bytes`` and refused past it. Any other llm
 model runs in a thread; a call past ``call_timeout`` fails at once but keeps
 its slot until the thread ends, so the bound stays true.
 
@@ -23,19 +28,27 @@ model's remaining calls at once.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import queue
+import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+import urllib3
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache, cache_key
 from fieldeval.errors import UsageError
-from fieldeval.calls.failures import InvalidReplyError, ModelCallError, PermanentCallError, TransientCallError, classify
+from fieldeval.calls.endpoints import forbidden_kind, refused_address
+from fieldeval.calls.failures import (AddressRefusedError, AnswerTooLargeError, CallTimeoutError,
+                                      ConnectionRefusedCallError, InvalidReplyError, LookupFailedError, ModelCallError,
+                                      PermanentCallError, TLSFailedError, TransientCallError, classify)
 from fieldeval.calls.limits import CallLimits
 
 BACKOFF_INITIAL_S = 0.5
@@ -44,6 +57,8 @@ BACKOFF_JITTER_S = 0.5
 RETRY_AFTER_CAP_S = 60.0
 DEFAULT_RETRIES = 4
 DEFAULT_CALL_TIMEOUT_S = 120.0
+DEFAULT_MAX_ANSWER_BYTES = 1_048_576
+READ_CHUNK_BYTES = 65_536
 
 
 @dataclass(frozen=True)
@@ -180,42 +195,217 @@ def without_sdk_retries(model):
     return model
 
 
+class RefusedAddress(Exception):
+    """A connection not made: the host resolved to an address the endpoint rules refuse."""
+
+    def __init__(self, host: str, address: str, kind: str) -> None:
+        super().__init__(f"{host} resolves to {address}, a {kind} address")
+        self.host, self.address, self.kind = host, address, kind
+
+
+def resolve_host(host: str, port: int) -> list[tuple[int, tuple]]:
+    """``(family, sockaddr)`` of every address ``getaddrinfo`` gives ``host`` (``socket.gaierror`` when none)."""
+    return [(info[0], info[4]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+def open_socket(family: int, sockaddr: tuple, timeout: Any, source_address: tuple | None,
+                socket_options: Any) -> socket.socket:
+    """A TCP socket connected to ``sockaddr``, an address already resolved and checked (no lookup here)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        for each in socket_options or ():
+            sock.setsockopt(*each)
+        if timeout is None or isinstance(timeout, (int, float)):  # else urllib3's "default" token: leave it
+            sock.settimeout(timeout)
+        if source_address:
+            sock.bind(source_address)
+        sock.connect(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _CheckedConnection:
+    """Each new connection resolves its host once, refuses a forbidden address, and connects to the checked one.
+
+    Mixed into urllib3's HTTPConnection and HTTPSConnection, whose ``_new_conn`` it replaces: the Host
+    header, TLS SNI and certificate check keep the host name.
+    """
+
+    host: str
+    port: int
+    timeout: Any
+    source_address: tuple | None
+    socket_options: Any
+    _dns_host: str
+
+    def _new_conn(self) -> socket.socket:
+        exceptions = urllib3.exceptions
+        try:
+            addresses = resolve_host(self._dns_host, self.port)
+        except socket.gaierror as error:
+            raise exceptions.NameResolutionError(self.host, self, error) from error
+        for _, sockaddr in addresses:
+            address = str(sockaddr[0]).split("%")[0]
+            kind = forbidden_kind(ipaddress.ip_address(address))
+            if kind is not None:
+                raise RefusedAddress(self.host, address, kind)
+        last: OSError = OSError(f"{self.host} resolved to no address")
+        for family, sockaddr in addresses:
+            try:
+                return open_socket(family, sockaddr, self.timeout, self.source_address, self.socket_options)
+            except OSError as error:
+                last = error
+        if isinstance(last, socket.timeout):
+            raise exceptions.ConnectTimeoutError(
+                self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})") from last
+        raise exceptions.NewConnectionError(self, f"Failed to establish a new connection: {last}") from last
+
+
+class _CheckedHTTPConnection(_CheckedConnection, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_CheckedConnection, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _CheckedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy requests and httpx would use for ``url``: ``<scheme>_proxy`` else ``all_proxy``, unless ``no_proxy``
+    names the host (``urllib.request.getproxies`` and ``proxy_bypass``; lower case before upper case)."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not parts.hostname:
+        return None
+    host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    if urllib.request.proxy_bypass(host) or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _pool_manager(url: str, connections: int, timeout: float) -> tuple[urllib3.PoolManager, str | None]:
+    """The connection pools for ``url`` (checked direct connections, or its proxy's) and the proxy URL, if any."""
+    settings = {"num_pools": 4, "maxsize": max(connections, 1), "block": False, "retries": False,
+                "timeout": urllib3.Timeout(total=timeout)}
+    proxy = proxy_for(url)
+    if proxy is None:
+        manager = urllib3.PoolManager(**settings)
+        manager.pool_classes_by_scheme = {"http": _CheckedHTTPPool, "https": _CheckedHTTPSPool}
+        return manager, None
+    parts = urlsplit(proxy)
+    if parts.scheme.startswith("socks"):
+        try:
+            from urllib3.contrib.socks import SOCKSProxyManager
+        except ImportError:
+            raise UsageError(f"proxy {parts.scheme}://{parts.hostname}:{parts.port}: a SOCKS proxy needs PySocks; "
+                             "pip install pysocks, or set NO_PROXY for this endpoint") from None
+        return SOCKSProxyManager(proxy, **settings), proxy
+    headers = None
+    if parts.username is not None:
+        headers = urllib3.make_headers(proxy_basic_auth=f"{unquote(parts.username)}:{unquote(parts.password or '')}")
+    return urllib3.ProxyManager(proxy, proxy_headers=headers, **settings), proxy
+
+
+def _read_bounded(reply: Any, limit: int) -> bytes | None:
+    """The reply's body, or None as soon as it is known to be longer than ``limit`` bytes."""
+    length = reply.headers.get("Content-Length", "")
+    if length.strip().isdigit() and int(length) > limit:
+        return None
+    chunks, size = [], 0
+    for chunk in reply.stream(READ_CHUNK_BYTES):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Endpoint:
     """One OpenAI-compatible endpoint and key: a urllib3 connection pool reused by every call to it."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], connections: int, timeout: float) -> None:
-        import urllib3
-
+    def __init__(self, base_url: str, headers: dict[str, str], connections: int, timeout: float,
+                 max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        parts = urlsplit(self.url)
+        self.host = parts.hostname or ""
+        self.where = f"{self.host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
         self.headers = {"Content-Type": "application/json", **headers}
         self.timeout = timeout
-        self._pool = urllib3.PoolManager(num_pools=4, maxsize=max(connections, 1), block=False, retries=False,
-                                         timeout=urllib3.Timeout(total=timeout))
+        self.max_answer_bytes = max_answer_bytes
+        self._pool, self.proxy = _pool_manager(self.url, connections, timeout)
 
     def chat(self, model_id: str, body: dict) -> tuple[str, int | None, int | None]:
         """POST one chat completion; the text and token counts, or a classified error.
 
         Raises:
-            TransientCallError: timeout or connection failure (the request has ended).
+            TransientCallError: timeout, refused connection, failed lookup or other connection failure
+                (the request has ended).
+            PermanentCallError: a failed TLS handshake, or a host that resolves to a refused address.
+            AnswerTooLargeError: a body longer than ``max_answer_bytes``.
             InvalidReplyError: an HTTP 200 without a usable answer.
             HTTPStatusError: any other status (classified by the caller).
         """
-        import urllib3
-
+        exceptions = urllib3.exceptions
+        if self.proxy is not None:  # the proxy resolves the name: check what this host can tell of the target
+            refused = refused_address(self.host)
+            if refused is not None:
+                raise AddressRefusedError(model_id, self.host, *refused)
         try:
             reply = self._pool.request("POST", self.url, body=json.dumps(body).encode("utf-8", "surrogatepass"),
-                                       headers=self.headers, preload_content=True)
-        except urllib3.exceptions.TimeoutError:
-            raise TransientCallError(model_id, "TimeoutError",
-                                     f"no answer within --call-timeout {self.timeout:g} s") from None
-        except urllib3.exceptions.ProtocolError as error:  # reset, or a body cut short of its Content-Length
-            raise TransientCallError(model_id, "ConnectionError", " ".join(str(error).split())[:300]) from None
-        except urllib3.exceptions.HTTPError as error:
-            raise TransientCallError(model_id, type(error).__name__, " ".join(str(error).split())[:300]) from None
+                                       headers=self.headers, preload_content=False)
+            data = None
+            try:
+                data = _read_bounded(reply, self.max_answer_bytes)
+            finally:
+                if data is None:  # an unread rest: the connection cannot be reused
+                    reply.close()
+                reply.release_conn()
+        except RefusedAddress as error:
+            raise AddressRefusedError(model_id, error.host, error.address, error.kind) from None
+        except exceptions.ProxyError as error:
+            raise TransientCallError(model_id, "ProxyError",
+                                     f"the proxy {_safe_url(self.proxy)} failed: {_one_line(error)}") from None
+        except exceptions.NameResolutionError as error:
+            raise LookupFailedError(model_id, self.host, _one_line(error.__cause__ or error)) from None
+        except exceptions.NewConnectionError as error:
+            if isinstance(error.__cause__, ConnectionRefusedError):
+                raise ConnectionRefusedCallError(model_id, self.where) from None
+            raise TransientCallError(model_id, "ConnectionError", _one_line(error)) from None
+        except exceptions.TimeoutError:
+            raise CallTimeoutError(model_id, self.timeout) from None
+        except exceptions.SSLError as error:
+            raise TLSFailedError(model_id, self.where, _one_line(error.__cause__ or error)) from None
+        except exceptions.ProtocolError as error:  # reset, or a body cut short of its Content-Length
+            raise TransientCallError(model_id, "ConnectionError", _one_line(error)) from None
+        except exceptions.HTTPError as error:
+            raise TransientCallError(model_id, type(error).__name__, _one_line(error)) from None
         if reply.status != 200:
             headers = {name.lower(): value for name, value in reply.headers.items()}
-            raise HTTPStatusError(reply.status, headers, _error_message(reply.data))
-        return parse_chat_reply(model_id, reply.data)
+            raise HTTPStatusError(reply.status, headers,
+                                  "a body larger than --max-answer-bytes" if data is None else _error_message(data))
+        if data is None:
+            raise AnswerTooLargeError(model_id, self.max_answer_bytes)
+        return parse_chat_reply(model_id, data)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300] or type(error).__name__
+
+
+def _safe_url(url: str | None) -> str:
+    """A proxy URL without its credentials."""
+    parts = urlsplit(url or "")
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
 
 def _error_message(data: bytes) -> str:
@@ -259,6 +449,7 @@ class ModelClient:
         prices: model id -> {"input_per_mtok": USD, "output_per_mtok": USD}.
         limits: concurrency slots and rate limits, shared with the session's other processes.
         board: the session's shared board (:class:`fieldeval.calls.pool.Board`): stop flag and dead models.
+        max_answer_bytes: the largest answer read; a larger one is an :class:`AnswerTooLargeError`.
     """
 
     retries: int = DEFAULT_RETRIES
@@ -268,12 +459,18 @@ class ModelClient:
     prices: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     limits: CallLimits = field(default_factory=CallLimits)
     board: Any = None
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _endpoints: dict[tuple, Endpoint] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _stopped: str | None = field(default=None, init=False, repr=False)
     _board_checked: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_answer_bytes, int) or self.max_answer_bytes < 1:
+            raise UsageError(f"--max-answer-bytes {self.max_answer_bytes}: must be a whole number of bytes from 1, "
+                             f"e.g. {DEFAULT_MAX_ANSWER_BYTES}")
 
     def model(self, model_id: str):
         """The llm model for an id, resolved once per client (llm's plugin loading is not thread-safe)."""
@@ -417,7 +614,8 @@ class ModelClient:
         ident = (base, key, tuple(sorted(headers.items())))
         with self._lock:
             if ident not in self._endpoints:
-                self._endpoints[ident] = Endpoint(base, headers, self.limits.concurrency, self.call_timeout)
+                self._endpoints[ident] = Endpoint(base, headers, self.limits.concurrency, self.call_timeout,
+                                                  self.max_answer_bytes)
             return self._endpoints[ident]
 
     def _attempt(self, request: Request, lease) -> Completion:
@@ -447,11 +645,12 @@ class ModelClient:
         try:
             ok, value = outcome.get(timeout=self.call_timeout)
         except queue.Empty:  # the thread keeps its slot until its call ends
-            raise TransientCallError(request.model_id, "TimeoutError",
-                                     f"no answer within --call-timeout {self.call_timeout:g} s") from None
+            raise CallTimeoutError(request.model_id, self.call_timeout) from None
         if not ok:
             raise classify(request.model_id, value)
         text, usage = value
+        if len(text.encode("utf-8", "surrogatepass")) > self.max_answer_bytes:
+            raise AnswerTooLargeError(request.model_id, self.max_answer_bytes)
         return self._completion(request, text, round(time.perf_counter() - start, 6),
                                 getattr(usage, "input", None), getattr(usage, "output", None))
 

@@ -6,7 +6,9 @@ endpoint in the run store's ``models`` table; :func:`register_endpoints`
 llm OpenAI chat model. An endpoint registered with ``--key-env VAR`` sends the key
 in ``$VAR`` at call time (the store keeps only the variable's name); llm's own
 ``llm keys set VAR`` works too and, as llm's rule goes, takes precedence over
-the variable. Without ``--key-env`` the endpoint needs no key. llm runs that hook on every model
+the variable. Without ``--key-env`` the endpoint needs no key. The address rules checked here at
+registration are checked again at every connection the call engine opens, so a name that later
+resolves elsewhere is refused then. llm runs that hook on every model
 lookup, so the read is the store's cheap one (:func:`fieldeval.store.read_endpoints`:
 stdlib ``sqlite3`` read-only, re-read only when the file changes, nothing at all
 when the store does not exist yet, no SQLAlchemy import for a SQLite store).
@@ -22,8 +24,8 @@ from fieldeval.store.location import DEFAULT_STORE_PATH, STORE_ENV
 from fieldeval.store.registry import Endpoint, read_endpoints
 
 __all__ = ["DEFAULT_STORE_PATH", "STORE_ENV", "Endpoint", "api_base", "check_endpoint", "check_key_binding",
-           "endpoint_models", "key_endpoints", "refused_address", "register_endpoint", "register_endpoints",
-           "registered_endpoints"]
+           "endpoint_models", "forbidden_kind", "key_endpoints", "refused_address", "register_endpoint",
+           "register_endpoints", "registered_endpoints"]
 
 
 def api_base(endpoint: str) -> str:
@@ -132,8 +134,12 @@ _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # connecting to 0.x.x.x reach
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
-def _forbidden(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """``link-local``, ``multicast`` or ``unspecified`` when ``address`` (or the IPv4 address it carries) is one."""
+def forbidden_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """``link-local``, ``multicast`` or ``unspecified`` when ``address`` (or the IPv4 address it carries) is one.
+
+    The rule of every registration (:func:`refused_address`) and of every connection the call engine opens
+    (:mod:`fieldeval.calls.client`).
+    """
     carried: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [address]
     if isinstance(address, ipaddress.IPv6Address):
         carried += [a for a in (address.ipv4_mapped, address.sixtofour, *(address.teredo or ())) if a is not None]
@@ -210,7 +216,7 @@ def refused_address(host: str) -> tuple[str, str] | None:
         True
     """
     for address in host_addresses(host):
-        kind = _forbidden(address)
+        kind = forbidden_kind(address)
         if kind is not None:
             return str(address), kind
     return None

@@ -2,13 +2,19 @@
 
 The classes every part of the engine raises and catches:
 
-- :class:`TransientCallError`: timeouts, connection errors, HTTP 408/409/425/429,
-  5xx, provider overload; retried with backoff, honouring Retry-After.
+- :class:`TransientCallError`: timeouts (:class:`CallTimeoutError`), connections refused
+  (:class:`ConnectionRefusedCallError`), names that did not resolve (:class:`LookupFailedError`),
+  other connection errors, HTTP 408/409/425/429, 5xx, provider overload; retried with backoff,
+  honouring Retry-After.
 - :class:`InvalidReplyError` (a transient error): an HTTP 200 whose body is empty or
   not JSON, a truncated stream, no ``choices``, no text; retried, then errored,
   never scored and never cached.
 - :class:`PermanentCallError`: a missing key, authentication, an unknown model, a bad
-  request, a context too long; never retried, and it ends the model's remaining calls.
+  request, a context too long, a failed TLS handshake (:class:`TLSFailedError`), an endpoint
+  whose name resolves to a refused address (:class:`AddressRefusedError`); never retried, and
+  it ends the model's remaining calls.
+- :class:`AnswerTooLargeError`: an answer past ``--max-answer-bytes``; not retried, never
+  scored or cached, and the model's other calls go on.
 - :class:`ModelCallError`: their base, and what an item finally raises (``kind`` says which).
 
 An error nobody recognises is treated as transient.
@@ -36,7 +42,8 @@ class ModelCallError(RuntimeError):
         model: the model id asked.
         detail: one line: error class and message.
         kind: ``transient`` (retries ran out), ``permanent``, ``skipped`` (the model failed
-            permanently earlier, or the session is stopping), or ``replay`` (no recorded response).
+            permanently earlier, or the session is stopping), ``replay`` (no recorded response), or
+            ``too_large`` (an answer past ``--max-answer-bytes``).
     """
 
     def __init__(self, model: str, detail: str, *, kind: str = "transient") -> None:
@@ -66,6 +73,53 @@ class InvalidReplyError(TransientCallError):
 
     def __init__(self, model: str, message: str) -> None:
         super().__init__(model, "InvalidReply", message)
+
+
+class CallTimeoutError(TransientCallError):
+    """No answer within the call timeout."""
+
+    def __init__(self, model: str, timeout: float) -> None:
+        super().__init__(model, "TimeoutError", f"no answer within --call-timeout {timeout:g} s")
+
+
+class ConnectionRefusedCallError(TransientCallError):
+    """Nothing listens at the endpoint's address and port (the server is down or the port is wrong)."""
+
+    def __init__(self, model: str, where: str) -> None:
+        super().__init__(model, "ConnectionRefused",
+                         f"{where} refused the connection; start the model server or fix the endpoint's port")
+
+
+class LookupFailedError(TransientCallError):
+    """The endpoint's host name did not resolve."""
+
+    def __init__(self, model: str, host: str, reason: str) -> None:
+        super().__init__(model, "LookupFailed", f"{host} did not resolve ({reason}); check the endpoint's host name")
+
+
+class TLSFailedError(PermanentCallError):
+    """The TLS handshake failed: a plain-HTTP server spoken to over https, or a certificate that does not verify."""
+
+    def __init__(self, model: str, where: str, reason: str) -> None:
+        super().__init__(model, "TLSError", f"TLS with {where} failed ({reason}); check the endpoint's scheme "
+                                            "(http or https) and the server's certificate")
+
+
+class AddressRefusedError(PermanentCallError):
+    """An endpoint whose name resolves, at connection time, to a link-local, multicast or unspecified address."""
+
+    def __init__(self, model: str, host: str, address: str, kind: str) -> None:
+        super().__init__(model, "AddressRefused",
+                         f"{host} now resolves to {address}, a {kind} address, and no connection is made "
+                         "(cloud metadata services live at link-local ones); point the name back at the model server")
+
+
+class AnswerTooLargeError(ModelCallError):
+    """An answer larger than ``--max-answer-bytes``: never scored or cached, and not retried."""
+
+    def __init__(self, model: str, limit: int) -> None:
+        super().__init__(model, f"AnswerTooLarge: answer too large (over --max-answer-bytes {limit}); raise "
+                                "--max-answer-bytes or lower the model's max_tokens", kind="too_large")
 
 
 def _fix(model: str, error_class: str, message: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks, option
 from fieldeval.calls.cache import CACHE_MODES
-from fieldeval.calls.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_RETRIES
+from fieldeval.calls.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_RETRIES
 from fieldeval.errors import UsageError
 from fieldeval.calls.limits import DEFAULT_CONCURRENCY
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -52,6 +52,10 @@ class EngineOptions:
     call_timeout: float = field(default=DEFAULT_CALL_TIMEOUT_S, metadata=option(
         "--call-timeout", metavar="S",
         help=f"seconds before a model call counts as a transient failure (default: {DEFAULT_CALL_TIMEOUT_S:g})"))
+    max_answer_bytes: int = field(default=DEFAULT_MAX_ANSWER_BYTES, metadata=option(
+        "--max-answer-bytes", metavar="N",
+        help=f"largest model answer read, in bytes; a larger one is an error, never scored or cached "
+             f"(default: {DEFAULT_MAX_ANSWER_BYTES})"))
     retries: int = field(default=DEFAULT_RETRIES, metadata=option(
         "--retries", metavar="N",
         help=f"retries of a transiently failed call, with backoff and Retry-After (default: {DEFAULT_RETRIES})"))
