@@ -22,6 +22,7 @@ from fieldeval.calls import client as client_module
 from fieldeval.calls.client import ModelClient
 from fieldeval.calls.endpoints import check_key_binding, register_endpoint, register_endpoints
 from fieldeval.calls.failures import AddressRefusedError, AnswerTooLargeError, ModelCallError, PermanentCallError
+from fieldeval.errors import UsageError
 from fieldeval.store import open_store
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 from tests.ebs_project import _case
@@ -329,3 +330,47 @@ def test_an_oversized_answer_is_an_error_never_scored_cached_or_retried(http_pro
     assert report["evals"]["benchmarks"]["ebs"]["mock-large"]["errors"] == 3
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
+
+
+class Endless(BaseHTTPRequestHandler):
+    """Answers 200 with a body of ``total`` bytes and no Content-Length, counting what it managed to write."""
+
+    total = 64 * 1024 * 1024
+    written = 0
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        chunk = b"x" * 65536
+        try:
+            while Endless.written < Endless.total:
+                self.wfile.write(chunk)
+                Endless.written += len(chunk)
+        except OSError:
+            pass
+
+
+def test_a_body_without_length_is_read_only_up_to_the_limit(tmp_path, monkeypatch):
+    Endless.written = 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        _models(tmp_path, monkeypatch, {"mock-ok": f"http://127.0.0.1:{httpd.server_address[1]}/v1"})
+        with pytest.raises(AnswerTooLargeError):
+            ModelClient(retries=0, max_answer_bytes=65536).complete("mock-ok", "x")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert Endless.written < Endless.total // 2  # the client stopped reading and closed; the rest was never sent
+
+
+def test_max_answer_bytes_below_one_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"--max-answer-bytes 0: must be a whole number of bytes from 1"):
+        ModelClient(max_answer_bytes=0)
