@@ -66,11 +66,16 @@ def _runs_list(args: argparse.Namespace) -> int:
 
     with _store(args) as store:
         runs = store.list_runs(benchmark=args.benchmark, corpus_version=args.corpus_version)
+    kept = _kept_lines(args.reports_dir, {run.run_id for run in runs})
     if args.json:
         print(json.dumps([run.as_dict() for run in runs], indent=2))
+        for line in kept:  # the JSON on stdout stays the store's runs alone
+            print(line, file=sys.stderr)
         return 0
     if not runs:
         print(f"no runs in {store.url}" + (" matching the filters" if args.benchmark or args.corpus_version else ""))
+        for line in kept:
+            print(line)
         return 0
     print(f"runs in {store.url}")  # a plain line: which store this is, never wrapped or cut
     table = Table()
@@ -81,7 +86,35 @@ def _runs_list(args: argparse.Namespace) -> int:
         table.add_row(escape(run.run_id), run.created_at, escape(run.label or "-"), escape(", ".join(run.benchmarks)),
                       escape(", ".join(run.models)), corpus, escape(run.status), _items(run))
     _console().print(table)
+    for line in kept:
+        print(line)
     return 0
+
+
+def _kept_lines(reports_dir: str, stored: set[str]) -> list[str]:
+    """One line per run a session kept because its save was refused or cut off, with the command that stores it."""
+    from pathlib import Path
+
+    from fieldeval.store.pending import unstored_runs
+
+    lines = []
+    for path in unstored_runs(Path(reports_dir)):
+        status = _kept_status(path.parent)
+        also = "; a run of that id is stored" if path.parent.name.split(".")[0] in stored else ""
+        lines.append(f"not stored ({status}{also}): {path.parent.name}, kept in {path}; "
+                     f"store it with `fieldeval runs push {path}`")
+    return lines
+
+
+def _kept_status(folder: Any) -> str:
+    """What a kept run's status.json says of its save: refused (kept), or cut off while saving."""
+    try:
+        status = json.loads((folder / "status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "its save was cut off"
+    if status.get("status") == "saving":
+        return f"its save was cut off, run {status.get('run_status', '?')}"
+    return f"the store refused it, run {status.get('run_status') or status.get('status', '?')}"
 
 
 def _runs_show(args: argparse.Namespace) -> int:
@@ -300,6 +333,8 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_list.add_argument("--benchmark", metavar="B", help="only runs of this benchmark, e.g. ebs or ibf")
     r_list.add_argument("--corpus-version", metavar="V", help="only runs on this corpus or suite version")
     r_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    r_list.add_argument("--reports-dir", metavar="DIR", default="reports",
+                        help="where sessions keep the runs the store did not take (default: reports)")
     r_list.set_defaults(func=_runs_list)
     r_show = runs_sub.add_parser("show", help="one run's metrics and totals")
     r_show.add_argument("run_id", metavar="RUN")
