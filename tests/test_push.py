@@ -134,3 +134,36 @@ def test_a_session_killed_during_its_store_write_leaves_a_run_that_push_stores(p
         run = opened.get_run("run_killed")
     assert (run["status"], run["responses"]) == ("completed", 12)
     assert not (folder / "unstored.json").exists()
+
+
+TRUNCATE_CACHE = '''
+
+_execute = Fake.execute
+
+
+def _truncating(self, prompt, stream, response, conversation):  # the cache file is cut while the run goes
+    if os.path.exists("truncate-cache") and os.path.exists("reports/responses.sqlite"):
+        os.remove("truncate-cache")
+        os.truncate("reports/responses.sqlite", 0)
+    yield from _execute(self, prompt, stream, response, conversation)
+
+
+Fake.execute = _truncating
+'''
+
+
+def test_a_cache_damaged_during_the_run_is_named_in_one_line(project):  # noqa: F811
+    with open(project.path / "conftest.py", "a") as conftest:
+        conftest.write(TRUNCATE_CACHE)
+    args = [a for a in ARGS if a not in ("--cache", "off")]
+    warm = subprocess.run([sys.executable, "-m", "pytest", *args, "--store", "none", "-n", "0"], cwd=project.path,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0 and "response cache" not in warm.stderr, warm.stdout + warm.stderr
+    (project.path / "truncate-cache").touch()
+    damaged = subprocess.run([sys.executable, "-m", "pytest", *args, "--store", "none", "-n", "0",
+                              "--cache", "refresh"], cwd=project.path, env=_env(), capture_output=True, text=True,
+                             timeout=300)
+    lines = [line for line in damaged.stderr.splitlines() if "response cache" in line]
+    assert damaged.returncode == 0, damaged.stdout + damaged.stderr
+    assert len(lines) == 1 and "is damaged" in lines[0], damaged.stderr
+    assert "Traceback" not in damaged.stderr + damaged.stdout

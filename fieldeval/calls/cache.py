@@ -118,7 +118,33 @@ class ResponseCache:
         except OSError as error:
             raise UsageError(f"response cache {self.path}: cannot create it ({error.strerror}); "
                              "pass a writable file to --cache-path, or --cache off") from None
+        self._opened = os.stat(self.path)
+        self._last_key: str | None = None
+        self.broken: str | None = None  # why writes stopped: the file was damaged under the session
         atexit.register(self._close_at_exit)
+
+    def damage(self) -> str | None:
+        """Why the file can no longer hold this session's answers (removed, replaced or shrunk since it was opened,
+        or its last committed answer unreadable), in a few words; None when it can."""
+        if self.broken is not None:
+            return self.broken
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return "it was removed during the session"
+        if (now.st_dev, now.st_ino) != (self._opened.st_dev, self._opened.st_ino):
+            return "it was replaced during the session"
+        if now.st_size < self._opened.st_size:
+            return f"it shrank from {self._opened.st_size} to {now.st_size} bytes during the session"
+        if self._last_key is None:
+            return None
+        try:
+            with self._lock:
+                found = self._connection().execute("SELECT 1 FROM responses WHERE key = ?",
+                                                   (self._last_key,)).fetchone()
+        except sqlite3.DatabaseError as error:
+            return f"it cannot be read ({error})"
+        return None if found else "the answers written this session are not in it"
 
     def _create(self) -> None:
         db = self._connection()
@@ -159,15 +185,30 @@ class ResponseCache:
         return self._db
 
     def get(self, key: str) -> CachedResponse | None:
-        """The stored response for a key, if any (including one not yet committed)."""
+        """The stored response for a key, if any (including one not yet committed); None once the file is broken."""
         with self._lock:
             pending = self._pending.get(key)
             if pending is not None:
                 return CachedResponse(_text_from_db(pending[2]), *pending[3:])
-            row = self._connection().execute(
-                "SELECT text, response_time_s, prompt_tokens, completion_tokens FROM responses WHERE key = ?", (key,)
-            ).fetchone()
+            if self.broken is not None:
+                return None
+            try:
+                row = self._connection().execute(
+                    "SELECT text, response_time_s, prompt_tokens, completion_tokens FROM responses WHERE key = ?",
+                    (key,)).fetchone()
+            except sqlite3.DatabaseError as error:
+                self._break(error)
+                return None
         return CachedResponse(_text_from_db(row[0]), *row[1:]) if row else None
+
+    def _break(self, error: sqlite3.DatabaseError) -> None:
+        """The file was damaged under the session: stop reading and writing it (a full disk is raised instead)."""
+        from fieldeval.run.writable import out_of_space
+
+        if out_of_space(error) or "locked" in str(error).lower():
+            raise error
+        self.broken = f"{type(error).__name__}: {error}"
+        self._pending.clear()
 
     def put(self, key: str, model: str, response: CachedResponse) -> None:
         """Store (or replace) the response for a key; committed with its group."""
@@ -195,18 +236,26 @@ class ResponseCache:
             self._last_flush = time.monotonic()
             if not self._pending or self._pid != os.getpid():
                 return
+            if self.broken is not None:
+                self._pending.clear()
+                return
             rows = list(self._pending.values())
-            db = self._connection()
-            db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany(
-                    "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, "
-                    "completion_tokens) VALUES (?, ?, ?, ?, ?, ?)", rows)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:  # SQLite may have rolled back already (a full disk, say)
-                    db.execute("ROLLBACK")
-                raise
+                db = self._connection()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(
+                        "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, "
+                        "completion_tokens) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    db.execute("COMMIT")
+                    self._last_key = rows[-1][0]
+                except BaseException:
+                    if db.in_transaction:  # SQLite may have rolled back already (a full disk, say)
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as error:
+                self._break(error)
+                return
             self._pending.clear()
 
     def close(self) -> None:

@@ -405,6 +405,17 @@ class EvalSession:
         if self.client.cache is not None:
             self._flush_cache(close=True)
 
+    def _check_cache(self) -> None:
+        """Say in one line when the response cache was damaged while the session ran (its answers are in the run,
+        not in the cache)."""
+        cache = self.client.cache
+        if cache is None or self.disk_full is not None:
+            return
+        problem = cache.damage()
+        if problem is not None:
+            sys.stderr.write(f"fieldeval: response cache {cache.path} is damaged ({problem}): this session's answers "
+                             "are in its run but may not be cached; the next session moves a damaged cache aside\n")
+
     def _flush_cache(self, *, close: bool = False) -> None:
         """Commit the responses the cache holds in memory; a full disk is the session's one line, not a traceback."""
         import sqlite3
@@ -734,6 +745,7 @@ class EvalSession:
         """Fix the run status and aggregate (controller, as the session ends, before the report is built)."""
         self.stop_calls("the session is ending")
         self._flush_cache()
+        self._check_cache()
         self.status = self.progress.status = self.run_status(exitstatus)
         self._write_progress()
         self._payload = None
