@@ -80,6 +80,27 @@ class RunMeta:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One defect of a benchmark's gold data, found by its ``audit``.
+
+    Attributes:
+        kind: what kind of defect, e.g. ``truth_label_mismatch``.
+        message: one line: what, how many, and why it matters.
+        count: how many cases it affects (``len(cases)``).
+        cases: the affected case ids, in the suite's order.
+    """
+
+    kind: str
+    message: str
+    count: int
+    cases: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON: ``{kind, message, count, cases}``."""
+        return {"kind": self.kind, "message": self.message, "count": self.count, "cases": list(self.cases)}
+
+
+@dataclass(frozen=True)
 class StoreColumns:
     """Benchmark-specific columns the run store fills beside its generic ones.
 
@@ -144,6 +165,25 @@ class Dashboard:
     charts: tuple[Chart, ...] = ()
 
 
+def _no_explanation(row: Mapping[str, Any]) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """How one stored item of the benchmark reads in ``runs items``, ``runs item`` and the service.
+
+    Attributes:
+        scores: the row keys shown as the item's score columns (and filtered on by ``--where``), in order;
+            empty: the benchmark's metrics.
+        explain: a stored row (the keys its item recorded) -> one or two plain sentences saying why it scored
+            what it did.
+    """
+
+    scores: tuple[str, ...] = ()
+    explain: Callable[[Mapping[str, Any]], str] = _no_explanation
+
+
 def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,
            type: type | None = None, shared: bool = False) -> Any:
     """Field metadata for a benchmark option: ``ontology: str | None = option("--ontology", help=...)``.
@@ -167,6 +207,10 @@ def _no_meta(context: Any) -> RunMeta:
 
 def _no_cluster(case: Any) -> str | None:
     return None
+
+
+def _no_findings(context: Any) -> Sequence[Finding]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -199,9 +243,12 @@ class Benchmark(Generic[Context]):
         estimators: rows -> ``{metric: fieldeval.stats.Estimator}``, each metric as a statistic of per-row
             data under item weights; paired differences, the regression gate and ``fieldeval power`` use it.
             None: the headline metrics that are row keys, as means.
+        audit: context -> the findings (:class:`Finding`) in the gold data the context holds, printed by
+            ``fieldeval audit <name>`` and kept in every run's report under ``evals.audit.<name>``; none by default.
         dashboard: the charts the service's dashboard draws for this benchmark.
         corpus_versions: () -> the corpus versions the service offers; when given, an evaluation
             started through the service names one (passed as the option field ``corpus_version``).
+        items: how the run's items read one by one: their score columns and the explanation of each.
     """
 
     name: str
@@ -221,6 +268,7 @@ class Benchmark(Generic[Context]):
     cluster_key: Callable[[Any], str | None] = _no_cluster
     stratum_key: Callable[[Any], str | None] | None = None
     estimators: Callable[[Sequence[dict]], Mapping[str, Any]] | None = None
+    audit: Callable[[Context], Sequence[Finding]] = _no_findings
 
     def metric_estimators(self, rows: Sequence[dict]) -> Mapping[str, Any]:
         """``{metric: Estimator}`` for ``rows``: the declared ``estimators``, else headline row keys as means."""
@@ -234,6 +282,7 @@ class Benchmark(Generic[Context]):
                 and any(r.get(m.name) is not None for r in rows)}
     dashboard: Dashboard = field(default_factory=Dashboard)
     corpus_versions: Callable[[], Sequence[str]] | None = None
+    items: ItemView = field(default_factory=ItemView)
 
     @property
     def headline(self) -> list[str]:

@@ -185,6 +185,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("row_extra", _JSON),
             *(sa.Column(name, RESPONSE_COLUMN_TYPE) for name in response_columns),
             sa.Index("ix_evaluation_responses_run", "run_id", "benchmark", "model"),
+            sa.Index("ix_evaluation_responses_case", "run_id", "corpus_item_id"),
         ),
         evaluation_errors=sa.Table(
             "evaluation_errors", metadata,
@@ -285,6 +286,12 @@ def _migration_5(conn: Connection) -> None:
     GENERIC.run_leases.create(conn, checkfirst=True)
 
 
+def _migration_6(conn: Connection) -> None:
+    """Index a run's responses by case id: one item is read without reading the run."""
+    next(i for i in GENERIC.evaluation_responses.indexes if i.name == "ix_evaluation_responses_case").create(
+        conn, checkfirst=True)
+
+
 def _sql_text(value: str) -> str:
     """``value`` as an SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -298,6 +305,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (3, "run groups: shards of one sharded run, their settings, full rows", _migration_3),
     (4, "one merged run per run group", _migration_4),
     (5, "run leases: one session resumes a run at a time", _migration_5),
+    (6, "an index of each run's responses by case id", _migration_6),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
+from fieldeval.benchmarks.ebs.items import ITEMS
 from fieldeval.benchmarks.ebs.cli import register_cli
 from fieldeval.benchmarks.ebs.enums import load_enums
 from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
@@ -83,6 +84,7 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     cluster_key=_study,
     estimators=estimators,
+    items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("groups", "EBS ontology score per stratum", key="per_stratum", metric="ontology_score",
               x_title="stratum", y_title="ontology score"),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
+from fieldeval.benchmarks.microbiorel.items import ITEMS
 from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
 from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
 from fieldeval.benchmarks.microbiorel.tables import aggregate, estimators, register_cli, summary_notes, write_outputs
@@ -101,6 +102,7 @@ BENCHMARK = Benchmark(
     warm=warm,
     cluster_key=_paragraph,
     estimators=estimators,
+    items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("classes", "MicrobioRel F1 per relation class", key="per_class", metric="f1",
               x_title="relation class", y_title="F1"),

@@ -1,0 +1,9 @@
+"""How one microbiorel item reads in ``runs items``, ``runs item`` and the service: its score columns and explanation."""
+
+from __future__ import annotations
+
+from fieldeval.benchmark import ItemView
+
+SCORES = ("gold", "prediction", "correct", "valid")
+
+ITEMS = ItemView(scores=SCORES)
