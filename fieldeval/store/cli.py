@@ -378,6 +378,9 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     r_delete = runs_sub.add_parser("delete", help="hard-delete a run and its responses")
     r_delete.add_argument("run_id", metavar="RUN")
     r_delete.set_defaults(func=_runs_delete)
+    from fieldeval.store.diff_cli import add_parser as add_diff_parser
+
+    r_diff = add_diff_parser(runs_sub)
 
     model = sub.add_parser("models", help="register OpenAI-compatible model endpoints")
     model_sub = model.add_subparsers(dest="models_command", required=True)
@@ -398,5 +401,5 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list = model_sub.add_parser("list", help="registered models")
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m_list.set_defaults(func=_models_list)
-    for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, m_add, m_list):
+    for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, r_diff, m_add, m_list):
         _add_store(parser)
