@@ -157,3 +157,30 @@ def test_the_tables_name_every_worse_item(store_url, capsys):
     out = capsys.readouterr().out
     frame = pd.DataFrame(RE_TABLE, columns=["case_id", "gold", "a", "b"])
     assert all(case in out for case in frame.loc[frame["a"] != frame["b"], "case_id"])
+
+
+@pytest.fixture
+def api(store_url, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from fieldeval.service.app import create_app
+    from tests.service_helpers import ROOT
+
+    app = create_app(store_url, evals_dir=ROOT / "evals", token="tok", work_dir=tmp_path)
+    with TestClient(app, base_url="http://127.0.0.1", headers={"Authorization": "Bearer tok"}) as client:
+        yield client
+
+
+def test_the_api_serves_the_same_diff_as_the_command(api, store_url, capsys):
+    answer = api.get("/api/evaluations/diff", params={"base": "run_0000000a", "run": "run_0000000b",
+                                                      "benchmark": "microbiorel"})
+    assert answer.status_code == 200
+    assert answer.json() == _diff(capsys, store_url, "--benchmark", "microbiorel")
+
+
+def test_the_api_diff_of_an_unknown_run_is_404_and_of_several_benchmarks_422(api):
+    unknown = api.get("/api/evaluations/diff", params={"base": "run_0000000a", "run": "run_ffffffff"})
+    assert unknown.status_code == 404 and "run_ffffffff" in unknown.json()["message"]
+    several = api.get("/api/evaluations/diff", params={"base": "run_0000000a", "run": "run_0000000b",
+                                                       "model": "m2", "benchmark": ""})
+    assert several.status_code == 422 and "benchmark" in several.json()["message"]

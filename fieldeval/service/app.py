@@ -330,6 +330,26 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
             payload["differences"] = store.differences(base, ids)["differences"]
         return payload
 
+    @app.get("/api/evaluations/diff")
+    def diff(base: str = Query(min_length=1, max_length=200, description="the base run id"),
+             run: str = Query(min_length=1, max_length=200, description="the run to diff against it"),
+             benchmark: str | None = Query(default=None, max_length=200,
+                                           description="the benchmark (default: the only one both runs hold)"),
+             base_model: str | None = Query(default=None, max_length=200),
+             model: str | None = Query(default=None, max_length=200)) -> dict[str, Any]:
+        """The item-level diff of ``run`` against ``base`` for one benchmark, as ``fieldeval runs diff --json``."""
+        from fieldeval.store.diff import run_diff
+
+        stored = {summary.run_id for summary in store.list_runs()}
+        for run_id in (base, run):
+            if run_id not in stored:
+                raise views.NotFound(f"run {run_id!r}: not a stored run; GET /api/evaluations lists them")
+        diffs = run_diff(store, base, run, benchmark=benchmark or None, base_model=base_model, model=model)
+        if len(diffs) > 1:
+            return _error(422, f"benchmark: runs {base} and {run} share {', '.join(d['benchmark'] for d in diffs)}; "
+                               "pass benchmark= with one of them")
+        return diffs[0]
+
     @app.get("/api/evaluations/{run_id}")
     def get_evaluation(run_id: str) -> dict[str, Any]:
         """The seed's per-run view, or the job's status and progress while it runs."""
