@@ -25,7 +25,7 @@ IBF_TABLE = [(f"ibf_{i:04d}", [(i + d) % 5 for d in range(5)], [(i * 2 + d * 3) 
 
 
 def _row(bench: str, model: str, case: str, **scores) -> dict:
-    return {"benchmark": bench, "model": model, "case_id": case, "case_key": case, "cluster": case,
+    return {"benchmark": bench, "model": model, "case_id": case, "case_key": f"t-{case}", "cluster": case,
             "nodeid": f"evals/test_{bench}.py::t[{case}-{model}]", "response_text": f"answer <{case}> [/]",
             "response_time_s": 0.01, "prompt_tokens": None, "completion_tokens": None, "est_cost_usd": None,
             "cached": False, **scores}
@@ -137,6 +137,17 @@ def test_ibf_dimension_transitions_and_passing_all_five_flips(store_url, capsys)
     assert [(f["metric"], f["worse"], f["better"]) for f in diff["flips"]] == [("threshold_pass_rate", b, c)]
     deltas = {case: sum(y) / 5 - sum(x) / 5 for case, x, y in IBF_TABLE}
     assert {i["case_id"]: i["delta"] for i in diff["items"]} == pytest.approx(deltas)
+
+
+def test_each_diff_item_opens_in_both_runs_item_store_by_its_case_id(store_url, capsys):
+    from fieldeval.store.items import find_item
+
+    diff = _diff(capsys, store_url, "--benchmark", "ibf")
+    with open_store(store_url, columns=declared_columns()) as store:
+        for item in diff["items"]:
+            for run_id, model in (("run_0000000a", "m"), ("run_0000000b", "m2")):
+                assert find_item(store, run_id, item["case_id"], benchmark="ibf", model=model)["case_id"] == \
+                    item["case_id"]
 
 
 def test_a_run_with_several_models_and_no_model_chosen_is_one_line_and_exit_2(store_url, capsys):

@@ -1,8 +1,8 @@
 """The item-level diff of two stored runs: which items got worse or better, the outcome transitions, the flips.
 
 :func:`diff_rows` is a pure function of two runs' rows (as :meth:`Store.run_rows` gives them);
-:func:`run_diff` reads them from a store. Items pair by (benchmark, case id), the case id being
-the case key every row carries (:func:`fieldeval.run.entries.case_key`), as paired differences do.
+:func:`run_diff` reads them from a store. Items pair by (benchmark, case) as paired differences do
+(:func:`fieldeval.run.entries.case_key`); each is named by its case id, the id the store keeps it under.
 """
 
 from __future__ import annotations
@@ -120,6 +120,11 @@ def mcnemar_p(worse: int, better: int) -> float:
     return float(binomtest(worse, worse + better, 0.5).pvalue)
 
 
+def item_id(row: Mapping[str, Any]) -> str:
+    """The id the store keeps the row's item under (``corpus_item_id``): its case id, item id, else its node id."""
+    return str(next((row[key] for key in ("corpus_item_id", "case_id", "item_id", "nodeid") if row.get(key)), ""))
+
+
 def _by_case(rows: Sequence[Mapping[str, Any]], model: str) -> dict[str, dict[str, Any]]:
     """One model's rows by case key, in node-id order; an item's repeated samples collapsed to one row."""
     from fieldeval.stats.epochs import collapse_epochs, has_epochs
@@ -189,13 +194,14 @@ def diff_rows(base_run: str, base_rows: Rows, run: str, rows: Rows, benchmark: s
     for key in shared:
         before, after = outcome.score(a[key]), outcome.score(b[key])
         delta = None if before is None or after is None else after - before
-        items.append({"case_id": key, "base": before, "run": after, "delta": delta})
+        items.append({"case_id": item_id(b[key]), "base": before, "run": after, "delta": delta})
     items.sort(key=lambda item: (item["delta"] is None, item["delta"] or 0.0, item["case_id"]))
     pairs = [(a[key], b[key]) for key in shared]
     flips = Counter((outcome.binary(x), outcome.binary(y)) for x, y in pairs)
     worse, better = flips[(True, False)], flips[(False, True)]
     return {"benchmark": benchmark, "base_run": base_run, "run": run, "paired_items": len(shared),
-            "only_in_base": [key for key in a if key not in b], "only_in_run": [key for key in b if key not in a],
+            "only_in_base": [item_id(a[key]) for key in a if key not in b],
+            "only_in_run": [item_id(b[key]) for key in b if key not in a],
             "items": items, "transitions": outcome.transitions(pairs),
             "flips": [{"metric": outcome.binary_metric, "worse": worse, "better": better,
                        "p_value": mcnemar_p(worse, better)}]}
@@ -244,5 +250,5 @@ def grouped(transitions: Sequence[Mapping[str, Any]], key: str) -> dict[str, lis
     return dict(out)
 
 
-__all__ = ["EBS_CLASSES", "OUTCOMES", "diff_rows", "ebs_relationship", "mcnemar_p", "paired_ci", "run_diff",
+__all__ = ["EBS_CLASSES", "OUTCOMES", "diff_rows", "ebs_relationship", "item_id", "mcnemar_p", "paired_ci", "run_diff",
            "updown", "worse_better"]
