@@ -289,3 +289,75 @@ def test_the_form_starts_an_evaluation_with_the_pages_cookie(browser, server):
     assert status.startswith("started run_"), status  # a 401 would show the service's message instead
     run_id = status.split()[1]
     server.wait_for(run_id, ("completed",))
+
+
+@pytest.fixture(scope="module")
+def diff_server(tmp_path_factory: pytest.TempPathFactory):
+    """A service over two runs whose item outcomes tests/test_diff.py's tables set."""
+    from tests.test_diff import save_two_runs
+
+    path = tmp_path_factory.mktemp("diff") / "store.db"
+    save_two_runs(f"sqlite:///{path}")
+    running = Server(path).start()
+    yield running
+    running.stop()
+
+
+def _fits(driver) -> None:
+    assert driver.execute_script(CHECK_PAGE)["overflow"] == []
+    assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_an_item_opens_from_the_runs_table(browser, diff_server, width):
+    from selenium.webdriver.common.by import By
+
+    _open_at(browser, _dashboard(diff_server), width)
+    browser.find_element(By.CSS_SELECTOR, "#runs-table tr[data-run='run_0000000b'] a.run-items").click()
+    assert _wait(browser, "return document.getElementById('items-table') !== null")
+    from tests.test_diff import EBS_TABLE
+
+    total = len(EBS_TABLE) - 2 + 1 + len(EBS_TABLE)  # EBS, the first benchmark: m2 lost two cases, gained one
+    assert browser.find_element(By.ID, "item-count").text.startswith(f"{total} items")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#items-table tbody tr")) == 50  # a page, from the server
+    _fits(browser)
+    browser.find_element(By.ID, "next-page").click()
+    assert _wait(browser, f"return document.querySelectorAll('#items-table tbody tr').length === {total - 50}")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#items-table tbody tr")
+    first = rows[0].get_attribute("data-case")
+    rows[0].find_element(By.CSS_SELECTOR, "a.item-link").click()
+    assert _wait(browser, "return document.getElementById('item-title') !== null")
+    assert first in browser.find_element(By.ID, "item-title").text
+    assert browser.find_element(By.ID, "item-response").text == f"answer <{first}> [/]"  # text, not markup
+    _fits(browser)
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_the_diff_of_a_base_chosen_in_the_control_lists_worse_items_and_flips(browser, diff_server, width):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from tests.test_diff import RE_TABLE
+
+    _open_at(browser, _dashboard(diff_server), width)
+    Select(browser.find_element(By.ID, "diff-base")).select_by_value("run_0000000a")
+    Select(browser.find_element(By.ID, "diff-run")).select_by_value("run_0000000b")
+    browser.find_element(By.CSS_SELECTOR, "#diff-form button[type='submit']").click()
+    assert _wait(browser, "return document.getElementById('microbiorel-diff') !== null")
+    worse = sorted(case for case, _, a, b in RE_TABLE if a and not b)
+    better = sorted(case for case, _, a, b in RE_TABLE if b and not a)
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#microbiorel-diff .diff-worse tbody tr[data-case]'))"
+        ".map(r => r.dataset.case)")
+    assert shown == worse[:10]  # all -1.0: worst first, then by case id
+    cells = browser.execute_script("return Array.from(document.querySelectorAll('#microbiorel-diff .diff-flips td'))"
+                                   ".map(td => td.textContent.trim())")
+    assert cells[1:3] == [str(len(worse)), str(len(better))]
+    _open_at(browser, browser.current_url, width)
+    _fits(browser)
+    link = browser.find_element(By.CSS_SELECTOR, "#microbiorel-diff .diff-worse a.base-item")
+    link.click()
+    assert _wait(browser, "return document.getElementById('item-title') !== null")
+    assert "/runs/run_0000000a/microbiorel/" + worse[0] in browser.current_url
+    assert browser.find_element(By.ID, "item-response").text == f"answer <{worse[0]}> [/]"
+    _fits(browser)

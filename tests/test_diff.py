@@ -32,7 +32,8 @@ def _row(bench: str, model: str, case: str, **scores) -> dict:
 
 
 def _ebs(outcome: str) -> dict:
-    return {"relationship": None if outcome == "parse failure" else outcome,
+    return {"relationship": None if outcome == "parse failure" else outcome, "stratum": "forest biome",
+            "hop_distance": 0, "hierarchy_score": SCORE[outcome], "in_template_enum": True, "curie_label_valid": True,
             "parse_success": outcome != "parse failure", "exact_match": outcome == "exact",
             "ontology_score": SCORE[outcome]}
 
@@ -43,16 +44,20 @@ def _re(gold: str, correct: bool) -> dict:
 
 
 def _save(store, run_id: str, rows: dict[str, list[dict]]) -> None:
+    from fieldeval.benchmark import benchmarks
+
+    installed = benchmarks()
     payload = {"run_id": run_id, "started_at": "2026-06-01T10:00:00Z", "ontology_version": "envo test",
-               "benchmarks": {bench: {model: {"items": sum(r["model"] == model for r in bench_rows), "errors": 0}
-                                      for model in {r["model"] for r in bench_rows}}
+               "benchmarks": {bench: {model: {**installed[bench].aggregate([r for r in bench_rows if r["model"] == model],
+                                                                        seed=1, resamples=50),
+                                              "items": sum(r["model"] == model for r in bench_rows), "errors": 0}
+                                      for model in sorted({r["model"] for r in bench_rows})}
                               for bench, bench_rows in rows.items()}}
     store.save_run(payload, rows, {"label": run_id})
 
 
-@pytest.fixture
-def store_url(tmp_path) -> str:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+def save_two_runs(url: str) -> None:
+    """Store run_0000000a (model m) and run_0000000b (models m2 and, in EBS, other) with the tables' outcomes."""
     with open_store(url, columns=declared_columns(), create=True) as store:
         base = {"ebs": [_row("ebs", "m", case, **_ebs(a)) for case, a, _ in EBS_TABLE],
                 "microbiorel": [_row("microbiorel", "m", case, **_re(gold, a)) for case, gold, a, _ in RE_TABLE],
@@ -65,6 +70,12 @@ def store_url(tmp_path) -> str:
                "ibf": [_row("ibf", "m2", case, **dict(zip(DIMS, b))) for case, _, b in IBF_TABLE]}
         _save(store, "run_0000000a", base)
         _save(store, "run_0000000b", run)
+
+
+@pytest.fixture
+def store_url(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    save_two_runs(url)
     return url
 
 

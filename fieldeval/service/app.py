@@ -22,7 +22,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from fieldeval.calls.endpoints import check_endpoint, check_key_binding, register_endpoint
 from fieldeval.errors import UsageError
-from fieldeval.service import access, dashboard, views
+from fieldeval.service import access, dashboard, diffview, pages, views
 from fieldeval.store.compare import PartialRunError
 from fieldeval.store.registration import ModelConflict, check_model_name
 from fieldeval.service.jobs import JobTable, Runner
@@ -336,19 +336,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
              benchmark: str | None = Query(default=None, max_length=200,
                                            description="the benchmark (default: the only one both runs hold)"),
              base_model: str | None = Query(default=None, max_length=200),
-             model: str | None = Query(default=None, max_length=200)) -> dict[str, Any]:
+             model: str | None = Query(default=None, max_length=200)) -> Any:
         """The item-level diff of ``run`` against ``base`` for one benchmark, as ``fieldeval runs diff --json``."""
-        from fieldeval.store.diff import run_diff
-
-        stored = {summary.run_id for summary in store.list_runs()}
-        for run_id in (base, run):
-            if run_id not in stored:
-                raise views.NotFound(f"run {run_id!r}: not a stored run; GET /api/evaluations lists them")
-        diffs = run_diff(store, base, run, benchmark=benchmark or None, base_model=base_model, model=model)
-        if len(diffs) > 1:
-            return _error(422, f"benchmark: runs {base} and {run} share {', '.join(d['benchmark'] for d in diffs)}; "
-                               "pass benchmark= with one of them")
-        return diffs[0]
+        return diffview.api_diff(store, base, run, benchmark=benchmark, base_model=base_model, model=model)
 
     @app.get("/api/evaluations/{run_id}")
     def get_evaluation(run_id: str) -> dict[str, Any]:
@@ -370,8 +360,18 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard_page(base: str | None = Query(default=None, max_length=200,
-                                                description="show paired differences against this run")) -> HTMLResponse:
-        return HTMLResponse(dashboard.render(store, jobs, live=True, base=base))
+                                                description="show paired differences against this run"),
+                       run: str | None = Query(default=None, max_length=200,
+                                               description="the run whose items to diff against base")) -> HTMLResponse:
+        return HTMLResponse(dashboard.render(store, jobs, live=True, base=base, run=run))
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    def run_items_page(run_id: str, request: Request) -> HTMLResponse:
+        return pages.items_response(store, run_id, request.query_params)
+
+    @app.get("/runs/{run_id}/{benchmark}/{case_id:path}", response_class=HTMLResponse, include_in_schema=False)
+    def item_page(run_id: str, benchmark: str, case_id: str, model: str | None = None) -> HTMLResponse:
+        return pages.item_response(store, run_id, benchmark, case_id, model)
 
     @app.get("/assets/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:

@@ -24,6 +24,8 @@ from markupsafe import Markup
 
 from fieldeval.benchmark import Benchmark, Chart, benchmarks
 from fieldeval.errors import UsageError
+from fieldeval.service.diffview import diff_sections
+from fieldeval.service.pages import item_href
 from fieldeval.service.views import run_list
 
 ERRORED = ("failed", "interrupted")
@@ -160,9 +162,9 @@ def _face(bench: Benchmark) -> dict[str, Any]:
 
 
 def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False,
-            base: str | None = None) -> dict[str, Any]:
-    """What the template shows: the runs list, each benchmark's entries, the data the charts draw, and the
-    paired differences of the stored runs against ``base``."""
+            base: str | None = None, run: str | None = None) -> dict[str, Any]:
+    """What the template shows: the runs list, each benchmark's entries, the data the charts draw, the
+    paired differences of the stored runs against ``base``, and the item diff of ``run`` against ``base``."""
     if jobs is not None:
         runs = run_list(store, jobs)
     else:
@@ -212,14 +214,16 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
     paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in records and
                                        r["status"] in ("completed", "partial")])
     return {"runs": runs, "details": details, "data": script_json(data), "live": live,
-            "differences": paired, "cluster_notes": cluster_notes,
+            "differences": paired, "cluster_notes": cluster_notes, "stored_runs": [summary.run_id for summary in store.list_runs()],
+            "diff": diff_sections(store, base, run) if live else None, "base": base,
             "faces": {face["name"]: face for face in faces}, "available": data["available"],
             "benchmarks": sorted({b for r in runs for b in r["benchmarks"]}),
             "models": sorted({m for r in runs for m in r["models"]}),
             "corpus_versions": sorted({v for r in runs for v in r["corpus_list"] if v})}
 
 
-def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False, base: str | None = None) -> str:
+def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False, base: str | None = None,
+           run: str | None = None) -> str:
     """The dashboard HTML; ``live`` pages load Plotly from the service and poll it, others inline everything.
 
     Args:
@@ -228,6 +232,7 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
         run_ids: only these runs, in this order (None: every run).
         live: served by ``fieldeval serve`` (also shows the form that starts an evaluation).
         base: show each run's paired differences against this stored run.
+        run: with ``base`` on a live page, the run whose items to diff against it (default: the newest other).
 
     Returns:
         One HTML document.
@@ -242,5 +247,7 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
     env.filters["num"] = lambda value, digits=3: "-" if value is None else f"{value:.{digits}f}"
     script = (files("fieldeval.service") / "templates" / "dashboard.js").read_text(encoding="utf-8")
     plotly = None if live else Markup(plotly_path().read_text(encoding="utf-8").replace("</script", "<\\/script"))
-    return env.get_template("dashboard.html").render(**context(store, jobs, run_ids=run_ids, live=live, base=base),
+    env.globals["item_href"] = item_href
+    return env.get_template("dashboard.html").render(**context(store, jobs, run_ids=run_ids, live=live, base=base,
+                                                               run=run),
                                                      script=Markup(script), plotly=plotly)
