@@ -80,6 +80,27 @@ class RunMeta:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One defect of a benchmark's gold data, found by its ``audit``.
+
+    Attributes:
+        kind: what kind of defect, e.g. ``truth_label_mismatch``.
+        message: one line: what, how many, and why it matters.
+        count: how many cases it affects (``len(cases)``).
+        cases: the affected case ids, in the suite's order.
+    """
+
+    kind: str
+    message: str
+    count: int
+    cases: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON: ``{kind, message, count, cases}``."""
+        return {"kind": self.kind, "message": self.message, "count": self.count, "cases": list(self.cases)}
+
+
+@dataclass(frozen=True)
 class StoreColumns:
     """Benchmark-specific columns the run store fills beside its generic ones.
 
@@ -188,6 +209,10 @@ def _no_cluster(case: Any) -> str | None:
     return None
 
 
+def _no_findings(context: Any) -> Sequence[Finding]:
+    return ()
+
+
 @dataclass(frozen=True)
 class Benchmark(Generic[Context]):
     """A benchmark as the engine sees it.
@@ -218,6 +243,8 @@ class Benchmark(Generic[Context]):
         estimators: rows -> ``{metric: fieldeval.stats.Estimator}``, each metric as a statistic of per-row
             data under item weights; paired differences, the regression gate and ``fieldeval power`` use it.
             None: the headline metrics that are row keys, as means.
+        audit: context -> the findings (:class:`Finding`) in the gold data the context holds, printed by
+            ``fieldeval audit <name>`` and kept in every run's report under ``evals.audit.<name>``; none by default.
         dashboard: the charts the service's dashboard draws for this benchmark.
         corpus_versions: () -> the corpus versions the service offers; when given, an evaluation
             started through the service names one (passed as the option field ``corpus_version``).
@@ -241,6 +268,7 @@ class Benchmark(Generic[Context]):
     cluster_key: Callable[[Any], str | None] = _no_cluster
     stratum_key: Callable[[Any], str | None] | None = None
     estimators: Callable[[Sequence[dict]], Mapping[str, Any]] | None = None
+    audit: Callable[[Context], Sequence[Finding]] = _no_findings
 
     def metric_estimators(self, rows: Sequence[dict]) -> Mapping[str, Any]:
         """``{metric: Estimator}`` for ``rows``: the declared ``estimators``, else headline row keys as means."""

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_cli(sub)
     register_power_cli(sub)
+    from fieldeval.audit_cli import register_cli as register_audit_cli
+
+    register_audit_cli(sub)
     register_service_cli(sub)
     return parser
 

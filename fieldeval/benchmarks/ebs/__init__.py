@@ -9,13 +9,16 @@ and aggregation in ``tables``, commands in ``cli``, the offline
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
 from fieldeval.benchmarks.ebs.items import ITEMS
+from fieldeval.benchmarks.ebs.audit import audit
 from fieldeval.benchmarks.ebs.cli import register_cli
 from fieldeval.benchmarks.ebs.enums import load_enums
 from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
 from fieldeval.benchmarks.ebs.tables import aggregate, estimators, write_outputs
+from fieldeval.benchmarks.ebs.truth import TRUTH_RULES, TruthRule, label_names, scored_truth
 from scorers.ebs import OntologyIndex
 
 __all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
@@ -32,22 +35,38 @@ class EbsOptions:
         "--enum-dir", metavar="DIR", help="folder of <template>_env_broad_scale.tsv value sets (default: enum_data/)"))
     suite: str | None = field(default=None, metadata=option(
         "--ebs-suite", metavar="PATH", help="llm-matrix suite YAML to run (default: the pinned upstream suite)"))
+    truth: TruthRule = field(default="curie", metadata=option(
+        "--ebs-truth", choices=TRUTH_RULES,
+        help="score a case whose truth label is not its CURIE's label against the CURIE, as upstream does, or "
+             "against the term the label names (default: curie)"))
 
 
 @dataclass(frozen=True)
 class EbsContext:
-    """What an EBS eval item needs: the suite, the ontology index and the value sets."""
+    """What an EBS eval item needs: the suite, the ontology index and the value sets (and the ontology's selector,
+    None for the pinned ENVO, and the truth rule)."""
 
     suite: EbsSuite
     index: OntologyIndex
     enums: dict[str, frozenset[str]]
+    ontology: str | None = None
+    truth_rule: TruthRule = "curie"
+
+    @cached_property
+    def _names(self) -> dict[str, str]:
+        return label_names(self.index)
+
+    def truth(self, case: EbsCase) -> tuple[str, bool]:
+        """``(the truth the case is scored against under the run's rule, truth_conflict)``."""
+        return scored_truth(case.ideal, index=self.index, names=self._names, rule=self.truth_rule)
 
 
 def load(options: EbsOptions) -> EbsContext:
     """Load the suite, the ontology index (cached on disk) and the value sets."""
     from fieldeval.ontology import load_index
 
-    return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir))
+    return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir),
+                      options.ontology, options.truth)
 
 
 def _cases(context: EbsContext) -> tuple[EbsCase, ...]:
@@ -84,6 +103,7 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     cluster_key=_study,
     estimators=estimators,
+    audit=audit,
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("groups", "EBS ontology score per stratum", key="per_stratum", metric="ontology_score",

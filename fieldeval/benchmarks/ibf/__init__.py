@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, StoreColumns, option
 from fieldeval.benchmarks.ibf.items import ITEMS
 from fieldeval.benchmarks.ibf.aggregate import aggregate, estimators, summary_notes
+from fieldeval.benchmarks.ibf.audit import audit
 from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, available_versions, load_corpus
 from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
 from fieldeval.errors import UsageError
@@ -96,6 +97,7 @@ BENCHMARK = Benchmark(
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
     cluster_key=_hazard,
     estimators=estimators,
+    audit=audit,
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("radar", "IBF dimensions (0-4), one polygon per run", metrics=tuple(DIMENSIONS), high=4.0),

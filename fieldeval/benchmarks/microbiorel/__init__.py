@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
 from fieldeval.benchmarks.microbiorel.items import ITEMS
+from fieldeval.benchmarks.microbiorel.audit import audit
 from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
 from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
 from fieldeval.benchmarks.microbiorel.tables import aggregate, estimators, register_cli, summary_notes, write_outputs
@@ -102,6 +103,7 @@ BENCHMARK = Benchmark(
     warm=warm,
     cluster_key=_paragraph,
     estimators=estimators,
+    audit=audit,
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("classes", "MicrobioRel F1 per relation class", key="per_class", metric="f1",
