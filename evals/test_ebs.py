@@ -26,7 +26,8 @@ pytestmark = pytest.mark.fieldeval(benchmark="ebs", solver=solve)
 
 def test_ebs(case, model, context, answer, record):
     completion = answer
-    score = score_ebs(completion.text, case.ideal, index=context.index, allowed=context.enums.get(case.template))
+    truth, conflict = context.truth(case)  # --ebs-truth: the case's CURIE (upstream's rule) or its label's term
+    score = score_ebs(completion.text, truth, index=context.index, allowed=context.enums.get(case.template))
     record(
         model=model,
         case_id=case.case_id,
@@ -35,6 +36,8 @@ def test_ebs(case, model, context, answer, record):
         case_ideal=case.ideal,
         response_text=completion.text,
         ontology_version=context.index.version,
+        truth_rule=context.truth_rule,
+        truth_conflict=conflict,
         **dataclasses.asdict(score),
         **completion_fields(completion),
     )

@@ -185,16 +185,18 @@ class ItemView:
 
 
 def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,
-           type: type | None = None, shared: bool = False) -> Any:
+           type: type | None = None, shared: bool = False, scoring_rule: bool = False) -> Any:
     """Field metadata for a benchmark option: ``ontology: str | None = option("--ontology", help=...)``.
 
     The default becomes the option's, and its type (int, float, str) too unless
     ``type`` is given (for a None default); a tuple default makes the option
     repeatable. ``shared`` marks a flag more than one benchmark declares
     (e.g. ``--corpus-version``): the first declaration holds the value for all.
+    ``scoring_rule`` marks an option that changes what a score means (e.g. ``--ebs-truth``):
+    ``fieldeval runs compare`` refuses runs scored under different values unless told.
     """
     return {"flag": flag, "help": help, "metavar": metavar, "choices": tuple(choices) if choices else None,
-            "type": type, "shared": shared}
+            "type": type, "shared": shared, "scoring_rule": scoring_rule}
 
 
 def _no_notes(models: Mapping[str, Mapping[str, Any]]) -> list[str]:

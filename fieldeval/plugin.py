@@ -645,5 +645,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(line)
     for gate in payload["gates"]:  # passed gates too, so a reader sees what was checked
         terminalreporter.write_line(gate_line(gate), red=not gate["passed"], green=gate["passed"])
+    from fieldeval.run.audit import audit_lines
+
+    for line in audit_lines(payload.get("audit", {})):
+        terminalreporter.write_line(line, yellow=True)
     for line in state.error_lines():
         terminalreporter.write_line(line, red=True)

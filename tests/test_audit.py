@@ -146,3 +146,44 @@ def test_the_pinned_ebs_suite_has_one_mislabelled_truth(data_dir):
     found = _found(BENCHMARK.audit(BENCHMARK.load(EbsOptions())))
     # oceanic epipelagic zone biome [ENVO:01000036]: ENVO's label of that CURIE is the mesopelagic zone's
     assert found == {"truth_label_mismatch": tuple(f"case{n:03d}" for n in range(30, 40))}
+
+
+def _truth_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    import yaml
+
+    from tests.ebs_project import SUITE, _case, make_project
+
+    project = make_project(pytester)
+    suite = {**SUITE, "cases": [
+        # the fake answers coniferous forest biome [ENVO:01000196]; "forest biome" names ENVO:01000174
+        _case("Oregon", "soil_data", "forest biome [ENVO:01000196]"),
+        _case("Iowa", "soil_data", "cropland biome [ENVO:01000245]"),  # the fake's answer, exactly
+    ]}
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return project
+
+
+@pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
+def test_a_run_reports_its_findings_and_scores_by_the_rule_it_was_given(pytester, capsys):
+    from tests.ebs_project import run
+
+    project = _truth_project(pytester)
+    store = str(project.path / "runs.db")
+    result, curie = run(project, "--store", store)
+    assert curie["evals"]["audit"]["ebs"] == [{**curie["evals"]["audit"]["ebs"][0], "kind": "truth_label_mismatch",
+                                               "count": 1, "cases": ["case000"]}]
+    assert "`fieldeval audit ebs`" in result.stdout.str()
+    assert curie["evals"]["benchmarks"]["ebs"]["fake-ebs"]["ontology_score"]["value"] == pytest.approx(1.0)
+    truth_table = (project.path / "reports" / "ebs" / "results_truth.tsv").read_text().splitlines()
+    assert {line.split("\t")[1]: line.split("\t")[3:5] for line in truth_table[1:]} == {
+        "case000": ["curie", "True"], "case001": ["curie", "False"]}
+
+    _, label = run(project, "--store", store, "--ebs-truth", "label")
+    # ENVO:01000196 is one hop below the label's ENVO:01000174: 0.1 + 0.1 + 0.5 * 0.9 + 0.3 = 0.95, beside 1.0
+    assert label["evals"]["benchmarks"]["ebs"]["fake-ebs"]["ontology_score"]["value"] == pytest.approx(0.975)
+
+    runs = [curie["evals"]["run_id"], label["evals"]["run_id"]]
+    capsys.readouterr()
+    assert main(["runs", "compare", *runs, "--store", store]) == 2
+    assert "--ebs-truth" in capsys.readouterr().err
+    assert main(["runs", "compare", *runs, "--store", store, "--allow-mixed-rules", "--json"]) == 0

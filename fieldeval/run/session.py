@@ -695,6 +695,9 @@ class EvalSession:
         }
         if self.options.cluster_by != "benchmark":
             self._payload["cluster_by"] = self.options.cluster_by
+        from fieldeval.run.audit import run_audit  # the gold data's findings, once per session (payload is kept)
+
+        self._payload["audit"] = run_audit(sorted({*self.selected, *out}), self.benchmark, self.context)
         if self.status != "running":  # judged once the session ends: errored items, then the baseline run
             gates += error_gates(out, self.status, self.options.max_errors)
             if self.options.baseline_run and out:

@@ -174,6 +174,7 @@ def _runs_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     with _store(args) as store:
+        store.check_scoring_rules(args.run_ids, allow_mixed=args.allow_mixed_rules)
         payload = store.compare(args.run_ids, allow_partial=args.allow_partial)
         paired = store.differences(args.run_ids[0], args.run_ids[1:], cluster_by=args.cluster_by)
     payload["differences"] = paired["differences"]
@@ -345,6 +346,9 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
                         "against the first (run - first, ci95)")
     r_compare.add_argument("run_ids", metavar="RUN", nargs="+")
     r_compare.add_argument("--json", action="store_true", help="print the compare payload as JSON")
+    r_compare.add_argument("--allow-mixed-rules", action="store_true", dest="allow_mixed_rules",
+                           help="also compare runs scored under different scoring rules (e.g. --ebs-truth curie and "
+                                "label)")
     r_compare.add_argument("--allow-partial", action="store_true", dest="allow_partial",
                            help="also compare runs that did not complete every planned item (marked with their status)")
     r_compare.add_argument("--cluster-by", choices=("benchmark", "none"), default=None, dest="cluster_by",

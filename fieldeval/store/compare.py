@@ -73,6 +73,33 @@ class Compare:
             require_runs(conn, self.tables, [run_id], self.url)
             return dict(conn.execute(sa.select(t.c.settings).where(t.c.run_id == run_id)).scalar_one() or {})
 
+    def check_scoring_rules(self, run_ids: Sequence[str], *, allow_mixed: bool = False) -> None:
+        """A usage error when two of the runs scored a benchmark they share under different scoring rules (options
+        declared ``scoring_rule``, e.g. ``--ebs-truth``; a run stored without one used its default), unless
+        ``allow_mixed``."""
+        from fieldeval.benchmark import benchmarks
+
+        if allow_mixed:
+            return
+        t = self.tables.evaluation_benchmarks
+        with self.engine.connect() as conn:
+            require_runs(conn, self.tables, list(run_ids), self.url)
+            held = conn.execute(sa.select(t.c.run_id, t.c.benchmark).where(t.c.run_id.in_(list(run_ids)))).all()
+        seen: dict[tuple[str, str], tuple[str, Any]] = {}  # (benchmark, flag) -> (first run, its value)
+        for run_id in dict.fromkeys(run_ids):
+            stored = (self.run_settings(run_id).get("benchmark_options") or {})
+            for bench in sorted({b for r, b in held if r == run_id} & set(benchmarks())):
+                for f in benchmarks()[bench].option_fields():
+                    if not f.metadata.get("scoring_rule"):
+                        continue
+                    value = (stored.get(bench) or {}).get(f.name, f.default)
+                    first, before = seen.setdefault((bench, f.metadata["flag"]), (run_id, value))
+                    if value != before:
+                        flag = f.metadata["flag"]
+                        raise UsageError(f"runs compare: {first} scored {bench} with {flag} {before}, {run_id} with "
+                                         f"{flag} {value}; their scores mean different things: compare runs scored "
+                                         "under one rule, or pass --allow-mixed-rules")
+
     def differences(self, base_run: str, run_ids: Sequence[str], *, cluster_by: str | None = None,
                     seed: int | None = None, resamples: int | None = None) -> dict[str, list]:
         """Each run's paired differences against ``base_run`` (see :func:`fieldeval.stats.paired.differences`).

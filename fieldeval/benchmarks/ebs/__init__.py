@@ -36,7 +36,7 @@ class EbsOptions:
     suite: str | None = field(default=None, metadata=option(
         "--ebs-suite", metavar="PATH", help="llm-matrix suite YAML to run (default: the pinned upstream suite)"))
     truth: TruthRule = field(default="curie", metadata=option(
-        "--ebs-truth", choices=TRUTH_RULES,
+        "--ebs-truth", choices=TRUTH_RULES, scoring_rule=True,
         help="score a case whose truth label is not its CURIE's label against the CURIE, as upstream does, or "
              "against the term the label names (default: curie)"))
 

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fieldeval.benchmarks.ebs.truth import write_truth_table
 from fieldeval.errors import UsageError
 from fieldeval.inputs import tsv_cell
 from fieldeval.rows import column as row_column
@@ -308,13 +309,15 @@ def matrix_params(rows: list[dict]) -> list[str]:
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
-    """Write the run's scored table as ``reports/ebs/results_envo_scored.tsv``: upstream's order, then extras."""
+    """Write the run's scored table as ``reports/ebs/results_envo_scored.tsv`` (upstream's order, then extras), and
+    fieldeval's ``results_truth.tsv`` (each row's truth rule and ``truth_conflict``) when the rows carry them."""
     import pandas as pd
 
     folder = reports_dir / "ebs"
     folder.mkdir(parents=True, exist_ok=True)
     columns = ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text", *SCORED_COLUMNS, "cached"]
     path = folder / "results_envo_scored.tsv"
+    extra = [write_truth_table(rows, folder / "results_truth.tsv")] if rows and "truth_conflict" in rows[0] else []
     if rows and not any("hyperparameters" in row for row in rows):  # a block of rows at a time: no frame of them all
         def block(start: int) -> list[list[str]] | object:
             part = rows[start:start + WRITE_ROWS]
@@ -323,7 +326,7 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
 
         blocks = map(block, range(0, len(rows), WRITE_ROWS))
         write_scored_blocks(columns, blocks, path)
-        return [path]
+        return [path, *extra]
     frame = pd.DataFrame(rows)
     if "hyperparameters" in frame.columns:  # a matrix run: llm-matrix's hyperparameter columns, the model's name
         frame["model"] = frame["model_name"]
@@ -333,4 +336,4 @@ def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
         if "epoch" in frame.columns:  # whole numbers, blank for the combinations run once (temperature 0)
             frame["epoch"] = pd.array(frame["epoch"], dtype="Int64")
     write_scored(format_scored(frame.reindex(columns=columns)), path)
-    return [path]
+    return [path, *extra]
