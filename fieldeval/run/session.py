@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import fieldeval.store.pending  # noqa: F401  (imported here, never first in the store's thread: a module that
+import fieldeval.store.url  # noqa: F401  pytest rewrites, parsed in two threads at once, trips CPython 3.11's parser)
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
 from fieldeval.calls.client import ModelClient, resolve_model
 from fieldeval.run.entries import benchmark_entries
