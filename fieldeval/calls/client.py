@@ -73,6 +73,8 @@ class Completion:
         completion_tokens: output tokens reported by the provider (None when unknown).
         cached: True when the response came from the response cache.
         est_cost_usd: cost from the price table (None when the model is not priced or tokens are unknown).
+        system: the system prompt exactly as sent (None: none).
+        prompt: the user prompt exactly as sent (None when not known, e.g. a completion made by hand).
     """
 
     model: str
@@ -82,10 +84,13 @@ class Completion:
     completion_tokens: int | None = None
     cached: bool = False
     est_cost_usd: float | None = None
+    system: str | None = None
+    prompt: str | None = None
 
 
 def completion_fields(*completions: Completion) -> dict[str, Any]:
-    """The cost columns of an item, summed over the model calls it made (e.g. summary then answer).
+    """The cost columns of an item, summed over the model calls it made (e.g. summary then answer), and what
+    was sent: ``system`` and ``prompt`` of the last call (the answer), ``earlier_calls`` for the calls before it.
 
     A cached completion keeps the timing and tokens of its original call; the
     item counts as cached only when every call came from the cache.
@@ -101,7 +106,19 @@ def completion_fields(*completions: Completion) -> dict[str, Any]:
         "completion_tokens": total([c.completion_tokens for c in completions]),
         "est_cost_usd": None if cost is None else round(cost, 8),
         "cached": all(c.cached for c in completions),
+        **_sent(completions),
     }
+
+
+def _sent(completions: tuple[Completion, ...]) -> dict[str, Any]:
+    """What the item's calls sent: the answer's ``system`` and ``prompt``; ``earlier_calls`` when there were more."""
+    if not completions:
+        return {}
+    *earlier, last = completions
+    out: dict[str, Any] = {"system": last.system, "prompt": last.prompt}
+    if earlier:
+        out["earlier_calls"] = [{"system": c.system, "prompt": c.prompt, "response_text": c.text} for c in earlier]
+    return out
 
 
 def resolve_model(model_id: str, *, flag: str = "--model"):
@@ -672,7 +689,8 @@ class ModelClient:
     def _completion(self, request: Request, text: str, seconds: float, prompt_tokens: int | None,
                     completion_tokens: int | None, *, cached: bool = False) -> Completion:
         return Completion(request.model_id, text, seconds, prompt_tokens, completion_tokens, cached,
-                          self.estimate_cost(request.model_id, prompt_tokens, completion_tokens))
+                          self.estimate_cost(request.model_id, prompt_tokens, completion_tokens),
+                          system=request.system, prompt=request.prompt)
 
     def estimate_cost(self, model_id: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
         """USD cost from the price table; None when the model is not priced or tokens are unknown."""
