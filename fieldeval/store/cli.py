@@ -328,7 +328,7 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
         >>> sub = parser.add_subparsers(dest="command", required=True)  # doctest: +SKIP
         >>> register_cli(sub)  # doctest: +SKIP
     """
-    runs = sub.add_parser("runs", help="list, show, compare, merge and delete stored runs")
+    runs = sub.add_parser("runs", help="list, show, compare, diff, merge and delete stored runs; read their items")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     r_list = runs_sub.add_parser("list", help="stored runs, oldest first")
     r_list.add_argument("--benchmark", metavar="B", help="only runs of this benchmark, e.g. ebs or ibf")
@@ -385,6 +385,9 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     from fieldeval.store.diff_cli import add_parser as add_diff_parser
 
     r_diff = add_diff_parser(runs_sub)
+    from fieldeval.store.items_cli import add_parsers as add_items_parsers
+
+    r_items, r_item = add_items_parsers(runs_sub)
 
     model = sub.add_parser("models", help="register OpenAI-compatible model endpoints")
     model_sub = model.add_subparsers(dest="models_command", required=True)
@@ -405,5 +408,5 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list = model_sub.add_parser("list", help="registered models")
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m_list.set_defaults(func=_models_list)
-    for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, r_diff, m_add, m_list):
+    for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, r_diff, r_items, r_item, m_add, m_list):
         _add_store(parser)

@@ -246,13 +246,21 @@ def item_record(row: Mapping[str, Any], tables: Tables, run_id: str) -> dict[str
         "cluster": extra.get("cluster"), "stratum": extra.get("cluster_stratum", metrics.get("stratum")),
         "status": "scored", **scores, "response_text": text,
         "response_id": row["response_id"], "run_id": run_id, "corpus_item_id": row["corpus_item_id"],
-        "raw_response": text, **{name: row.get(name) for name in tables.response_columns},
+        "raw_response": text, **{name: row.get(name) for name in _declared(bench) if name in tables.response_columns},
         "scored_at": iso(row.get("scored_at")),
         "prompt_tokens": row.get("prompt_tokens"), "completion_tokens": row.get("completion_tokens"),
         "est_cost_usd": row.get("est_cost_usd"), "response_time_s": row.get("response_time_s"),
         "cached": row.get("cached"), "error": None,
         "row": {**recorded, "benchmark": bench, "model": row["model"], "corpus_item_id": row["corpus_item_id"]},
     }
+
+
+def _declared(benchmark: str) -> tuple[str, ...]:
+    """The ``evaluation_responses`` columns ``benchmark`` declares (IBF's five dimensions, say)."""
+    from fieldeval.store import declared_columns
+
+    found = declared_columns().get(benchmark)
+    return tuple(found.response) if found is not None else ()
 
 
 def error_record(row: Mapping[str, Any], run_id: str) -> dict[str, Any]:
@@ -298,5 +306,101 @@ def find_item(store: Any, run_id: str, case_id: str, *, benchmark: str | None = 
     return found[0]
 
 
-__all__ = ["BASE_COLUMNS", "Where", "error_record", "find_item", "item_columns", "item_record", "items_page",
-           "score_columns"]
+def explanation(item: Mapping[str, Any]) -> str | None:
+    """Why a scored item scored what it did, in one or two sentences (its benchmark's ``items.explain``);
+    None for an errored item or a benchmark that explains nothing."""
+    from fieldeval.benchmark import benchmarks
+
+    face = benchmarks().get(item["benchmark"])
+    if face is None or item["status"] != "scored":
+        return None
+    return face.items.explain(item.get("row") or {}) or None
+
+
+def item_whole(store: Any, run_id: str, case_id: str, *, benchmark: str | None = None,
+               model: str | None = None) -> dict[str, Any]:
+    """One item whole, as ``fieldeval runs item --json`` prints it and
+    ``GET /api/evaluations/{run_id}/responses/{case_id}`` returns it.
+
+    Keys: the item columns (``benchmark``, ``model``, ``case_id``, ``cluster``, ``stratum``, ``status``);
+    ``system`` and ``prompt`` exactly as sent (None for a run recorded before prompts were kept),
+    ``earlier_calls`` (the item's calls before its answer, e.g. MicrobioRel's summary: ``system``, ``prompt``,
+    ``response_text`` each), ``response_text``; ``scores`` (every score column), ``explanation``;
+    ``prompt_tokens``, ``completion_tokens``, ``est_cost_usd``, ``response_time_s``, ``cached``; ``error``
+    (``error_class`` and ``message``, for an errored item); the spec's response fields (``response_id``,
+    ``run_id``, ``corpus_item_id``, ``raw_response``, the benchmark's declared columns, ``scored_at``); and
+    ``recorded``: every other key the item recorded.
+
+    Raises:
+        UsageError: as :func:`find_item`.
+    """
+    item = find_item(store, run_id, case_id, benchmark=benchmark, model=model)
+    return whole(item)
+
+
+def whole(item: Mapping[str, Any]) -> dict[str, Any]:
+    """An item of :func:`item_record` / :func:`error_record` in :func:`item_whole`'s shape."""
+    row = dict(item.get("row") or {})
+    names = score_columns(item["benchmark"]).get(item["benchmark"], ())
+    shown = {*names, *BASE_COLUMNS, "system", "prompt", "earlier_calls", "response_text", "raw_response",
+             "corpus_item_id", "prompt_tokens", "completion_tokens", "est_cost_usd", "response_time_s", "cached",
+             "cluster_stratum", "scored_at"}
+    out = {name: item.get(name) for name in BASE_COLUMNS}
+    out.update({
+        "system": row.get("system"), "prompt": row.get("prompt"), "earlier_calls": row.get("earlier_calls") or [],
+        "response_text": item.get("response_text"),
+        "scores": {name: item.get(name) for name in names},
+        "explanation": explanation(item),
+    })
+    spec = set(_declared(item["benchmark"]))
+    out.update({key: value for key, value in item.items()
+                if key not in out and key != "row" and (key not in names or key in spec)})
+    out["recorded"] = {key: value for key, value in row.items() if key not in shown}
+    return out
+
+
+FRAME_TAIL = ("response_text", "system", "prompt", "prompt_tokens", "completion_tokens", "est_cost_usd",
+              "response_time_s", "cached", "error_class", "error_message", "scored_at", "response_id")
+
+
+def items_frame(run_id: str, store: Any = None) -> Any:
+    """A stored run's items as a pandas DataFrame, one row per item (scored, then errored).
+
+    Columns: :data:`BASE_COLUMNS`, the score columns of each benchmark the run holds, then
+    :data:`FRAME_TAIL` (what was sent, the response, what the call cost and the error of an errored item).
+
+    Args:
+        run_id: a stored run id.
+        store: an open :class:`~fieldeval.store.Store`, a store URL, or None: ``$FIELDEVAL_STORE``, else
+            ``reports/fieldeval.db``.
+
+    Raises:
+        UsageError: no store there, or no such run.
+
+    Example:
+        >>> frame = items_frame("run_3b9e204a")  # doctest: +SKIP
+        >>> frame.groupby("relationship")["ontology_score"].mean()  # doctest: +SKIP
+    """
+    import pandas as pd
+
+    from fieldeval.store import declared_columns, open_store
+
+    if store is None or isinstance(store, str):
+        with open_store(store, columns=declared_columns(), create=False) as opened:
+            return items_frame(run_id, opened)
+    items = items_page(store, run_id, limit=None)["items"]
+    columns = dict.fromkeys(BASE_COLUMNS)
+    for bench in dict.fromkeys(item["benchmark"] for item in items):
+        columns.update(dict.fromkeys(score_columns(bench).get(bench, ())))
+    columns.update(dict.fromkeys(FRAME_TAIL))
+    records = []
+    for item in items:
+        row, error = item.get("row") or {}, item.get("error") or {}
+        records.append({**{name: item.get(name) for name in columns}, "system": row.get("system"),
+                        "prompt": row.get("prompt"), "error_class": error.get("error_class"),
+                        "error_message": error.get("message")})
+    return pd.DataFrame.from_records(records, columns=list(columns))
+
+
+__all__ = ["BASE_COLUMNS", "FRAME_TAIL", "Where", "error_record", "explanation", "find_item", "item_columns", "item_record",
+           "item_whole", "items_frame", "items_page", "score_columns", "whole"]
