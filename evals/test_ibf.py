@@ -48,5 +48,6 @@ def test_ibf(case, model, context, answer, record):
         response_text=completion.text,
         judge_response=judge_response,
         **score.as_dict(),
+        evidence=score.evidence,
         **completion_fields(completion),
     )

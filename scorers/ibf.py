@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from scorers.ibf_reference import reference_scores
+from scorers.ibf_reference import Evidence, reference_scores
 
 DIMENSIONS: tuple[str, ...] = (
     "hazard_recognition",
@@ -59,6 +59,8 @@ class IbfScore:
         geographic_specificity: 0-4, or None when unscored.
         scorer: which scorer made the scores: ``reference`` or ``judge:<model id>``.
         unscored_reason: why some or all dimensions are unscored (None when all are scored).
+        evidence: the reference scorer's evidence per dimension (see :data:`scorers.ibf_reference.Evidence`);
+            None from a judge. Not a column of the scored table, so not in :meth:`as_dict`.
     """
 
     hazard_recognition: int | None
@@ -68,6 +70,7 @@ class IbfScore:
     geographic_specificity: int | None
     scorer: str
     unscored_reason: str | None = None
+    evidence: dict[str, Evidence] | None = field(default=None, compare=False)
 
     @classmethod
     def unscored(cls, scorer: str, reason: str) -> IbfScore:
@@ -291,14 +294,16 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
             admin2, features).
 
     Returns:
-        The five scores, with scorer ``reference``; an empty response scores 0 everywhere.
+        The five scores, with scorer ``reference`` and each dimension's ``evidence`` (the reference phrases
+        found and missing, and the response's words that counted); an empty response scores 0 everywhere.
 
     Example:
         >>> refs = {"hazard": {"type": "riverine flood", "synonyms": ["flood"], "indicators": ["discharge"]}}
         >>> score_reference("Peak discharge of the flood ...", refs).hazard_recognition
         4
     """
-    return IbfScore(**reference_scores(response, references), scorer=REFERENCE_SCORER)
+    scores, evidence = reference_scores(response, references)
+    return IbfScore(**scores, scorer=REFERENCE_SCORER, evidence=evidence)
 
 
 # --- the judge ----------------------------------------------------------------------------------
@@ -355,6 +360,33 @@ def _normalise_key(key: str) -> str:
     return re.sub(r"[^a-z]+", "_", key.lower()).strip("_")
 
 
+def _judgement_object(text: str | None) -> tuple[dict, dict] | None:
+    """The first JSON object of a judge reply that holds rubric scores, and its scores keyed by normalised name."""
+    for obj in _json_objects(text or ""):
+        inner = obj.get("scores") if isinstance(obj.get("scores"), dict) else obj
+        keyed = {_normalise_key(str(k)): v for k, v in inner.items()}
+        if any(name in keyed for name in DIMENSIONS):
+            return obj, keyed
+    return None
+
+
+def judge_rationale(text: str | None) -> str | None:
+    """The ``rationale`` of the judge reply's scores object (as :func:`parse_judgement` finds it), or None.
+
+    Example:
+        >>> judge_rationale('{"hazard_recognition": 4, "rationale": "Names the flood and its gauge."}')
+        'Names the flood and its gauge.'
+    """
+    found = _judgement_object(text)
+    if found is None:
+        return None
+    obj, keyed = found
+    value = obj.get("rationale", keyed.get("rationale"))
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()
+
+
 def parse_judgement(text: str, *, scorer: str = "judge") -> IbfScore:
     """Read an LLM judge's reply into five scores; what cannot be read is unscored, never 0.
 
@@ -376,15 +408,10 @@ def parse_judgement(text: str, *, scorer: str = "judge") -> IbfScore:
         ...                 '"geographic_specificity": 3}').uncertainty_handling is None
         True
     """
-    best: dict | None = None
-    for obj in _json_objects(text or ""):
-        inner = obj.get("scores") if isinstance(obj.get("scores"), dict) else obj
-        keyed = {_normalise_key(str(k)): v for k, v in inner.items()}
-        if any(name in keyed for name in DIMENSIONS):
-            best = keyed
-            break
-    if best is None:
+    found = _judgement_object(text)
+    if found is None:
         return IbfScore.unscored(scorer, "no JSON object with rubric scores in the judge reply")
+    best = found[1]
     values = {name: _rubric_value(best.get(name)) for name in DIMENSIONS}
     bad = [f"{name}={best.get(name)!r}" for name in DIMENSIONS if values[name] is None]
     reason = f"not an integer 0-4: {', '.join(bad)}" if bad else None
