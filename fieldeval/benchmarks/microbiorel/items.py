@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fieldeval.benchmark import ItemView
+from fieldeval.benchmarks.microbiorel.explain import explain_microbiorel
 
 SCORES = ("gold", "prediction", "correct", "valid")
 
-ITEMS = ItemView(scores=SCORES)
+ITEMS = ItemView(scores=SCORES, explain=explain_microbiorel)
