@@ -47,9 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+VALUES_WITH_A_DASH = ("--sort",)  # options whose value may start with "-" (``--sort -ontology_score``)
+
+
+def _joined(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--sort -COL`` written ``--sort=-COL``, which argparse would otherwise read as two options."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in VALUES_WITH_A_DASH and arg.startswith("-") and not arg.startswith("--"):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except UsageError as error:
