@@ -30,7 +30,7 @@ from fieldeval.run.lean import (ReportReleaser, release_deselected, release_item
                                 trim_heap)
 from fieldeval.run import resume
 from fieldeval.run.runfiles import RunFiles, trim_report
-from fieldeval.run.session import ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
+from fieldeval.run.session import CASE_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
@@ -399,6 +399,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         item.user_properties.clear()  # the item is over: its last report holds what it recorded
     if call.excinfo is not None and _tag(item) is not None:
         from fieldeval.run.writable import full_disk_line, out_of_space
+
+        case_id = state.case_id_of(item)
+        if case_id is not None:  # the store finds the errored item by it (runs item RUN CASE_ID)
+            report.user_properties.append((CASE_KEY, case_id))
 
         if out_of_space(call.excinfo.value):
             state.stop_for_full_disk(item.session, full_disk_line("the run's files", call.excinfo.value))

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 ROW_KEY = "fieldeval.row"
 ITEM_KEY = "fieldeval.item"
 ERROR_KEY = "fieldeval.error"
+CASE_KEY = "fieldeval.case_id"  # an errored item's case id (a scored item records its own in its row)
 MARKER = "fieldeval"
 TTY_REDRAW_S = 0.5
 LOG_LINE_S = 10.0
@@ -370,6 +371,12 @@ class EvalSession:
         """The benchmark's cases (a sequence read by position; the EBS suite's lazily, from its compact form)."""
         return self.benchmark(name).cases(self.context(name))
 
+    def case_id_of(self, item: pytest.Item) -> str | None:
+        """The case id of an eval item's case (its ``case_id``, else its ``id``), None when it has none."""
+        case = self.case_of(item)
+        found = getattr(case, "case_id", None) or getattr(case, "id", None)
+        return None if found is None else str(found)
+
     def case_of(self, item: pytest.Item) -> Any | None:
         """The case of an eval item (its parameter is the case's position in the benchmark's cases)."""
         callspec = getattr(item, "callspec", None)
@@ -570,7 +577,7 @@ class EvalSession:
             self.error_details[key][error["detail"]] += 1
             self._announce_permanent(item["model"], error)
             self.failed_items.append({"benchmark": key[0], "model": key[1], "item": report.nodeid,
-                                      **failure_class(report, props.get(ERROR_KEY))})
+                                      "case_id": props.get(CASE_KEY), **failure_class(report, props.get(ERROR_KEY))})
         if report.when == "call" and report.passed:
             for name, value in report.user_properties:
                 if name == ROW_KEY:  # to the spool as its JSON text, parsed once at the end (run.spool)

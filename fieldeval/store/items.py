@@ -95,7 +95,8 @@ def _json_type(column: sa.ColumnElement, key: str, dialect: str) -> sa.ColumnEle
 
 def _parts(tables: Tables) -> tuple[_Part, _Part]:
     r, e = tables.evaluation_responses, tables.evaluation_errors
-    return _Part(r, "scored", r.c.response_id, r.c.corpus_item_id), _Part(e, "errored", e.c.error_id, e.c.item_id)
+    return (_Part(r, "scored", r.c.response_id, r.c.corpus_item_id),
+            _Part(e, "errored", e.c.error_id, sa.func.coalesce(e.c.case_id, e.c.item_id)))
 
 
 def item_columns(benchmark: str | None = None) -> tuple[str, ...]:
@@ -266,9 +267,10 @@ def _declared(benchmark: str) -> tuple[str, ...]:
 def error_record(row: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     """An errored item from its ``evaluation_errors`` row."""
     return {
-        "benchmark": row["benchmark"], "model": row["model"], "case_id": row["item_id"], "cluster": None,
+        "benchmark": row["benchmark"], "model": row["model"], "case_id": row.get("case_id") or row["item_id"],
+        "nodeid": row["item_id"], "cluster": None,
         "stratum": None, "status": "errored", "response_text": None, "response_id": None, "run_id": run_id,
-        "corpus_item_id": row["item_id"], "raw_response": None, "scored_at": None,
+        "corpus_item_id": row.get("case_id") or row["item_id"], "raw_response": None, "scored_at": None,
         "prompt_tokens": None, "completion_tokens": None, "est_cost_usd": None, "response_time_s": None,
         "cached": None, "error": {"error_class": row["error_class"], "message": row.get("message")}, "row": {},
     }
@@ -349,7 +351,7 @@ def whole(item: Mapping[str, Any]) -> dict[str, Any]:
     out.update({
         "system": row.get("system"), "prompt": row.get("prompt"), "earlier_calls": row.get("earlier_calls") or [],
         "response_text": item.get("response_text"),
-        "scores": {name: item.get(name) for name in names},
+        "scores": {name: item.get(name) for name in names} if item["status"] == "scored" else {},
         "explanation": explanation(item),
     })
     spec = set(_declared(item["benchmark"]))

@@ -327,7 +327,8 @@ def _error_rows(run_id: str, errors: Iterable[Mapping[str, Any]] | None) -> list
         out.append({"run_id": run_id, "benchmark": str(error.get("benchmark") or ""),
                     "model": str(error.get("model") or ""), "item_id": str(error.get("item") or ""),
                     "error_class": str(error.get("error_class") or "Exception"),
-                    "message": None if error.get("message") is None else str(error["message"])})
+                    "message": None if error.get("message") is None else str(error["message"]),
+                    "case_id": None if error.get("case_id") is None else str(error["case_id"])})
     return out
 
 

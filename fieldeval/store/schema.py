@@ -196,6 +196,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("item_id", sa.Text, nullable=False),
             sa.Column("error_class", sa.Text, nullable=False),
             sa.Column("message", sa.Text),
+            sa.Column("case_id", sa.Text),  # the case's own id (migration 7); item_id is the pytest node id
             sa.Index("ix_evaluation_errors_run", "run_id"),
         ),
         run_leases=sa.Table(  # the one session resuming a run (fieldeval.run.resume)
@@ -292,6 +293,11 @@ def _migration_6(conn: Connection) -> None:
         conn, checkfirst=True)
 
 
+def _migration_7(conn: Connection) -> None:
+    """Add evaluation_errors.case_id: an errored item is found by its case id, as a scored one is."""
+    _add_missing_columns(conn, GENERIC.evaluation_errors, ["case_id"])
+
+
 def _sql_text(value: str) -> str:
     """``value`` as an SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -306,6 +312,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "one merged run per run group", _migration_4),
     (5, "run leases: one session resumes a run at a time", _migration_5),
     (6, "an index of each run's responses by case id", _migration_6),
+    (7, "errored items' case ids", _migration_7),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
