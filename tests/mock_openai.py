@@ -12,6 +12,7 @@ The model name in each request picks the behaviour:
 - ``mock-large``: a normal reply whose text is ``LARGE_ANSWER_BYTES`` long (over the default
   ``--max-answer-bytes``).
 
+``STATS.messages`` keeps each request's messages as received (for a server run in the test's process).
 ``GET /stats`` returns the requests seen (count, per model, per Authorization header), the most in flight at once,
 and the server's clock at the first request's start and the last response's end;
 ``POST /reset`` clears them and takes ``{"delay": seconds}``.
@@ -43,6 +44,12 @@ class Stats:
         self.max_in_flight = 0
         self.first_start: float | None = None
         self.last_end: float | None = None
+        self.messages: list[list[dict]] = []  # each request's messages, as received (the first 1,000)
+
+    def received(self, messages: list[dict]) -> None:
+        with self.lock:
+            if len(self.messages) < 1000:
+                self.messages.append(messages)
 
     def begin(self, model: str, key: str | None = None) -> None:
         with self.lock:
@@ -99,6 +106,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error": {"message": "body is not JSON", "type": "invalid_request_error"}}')
             return
         model = body.get("model", "")
+        STATS.received(body.get("messages", []))
         STATS.begin(model, self.headers.get("Authorization"))
         try:
             if STATS.delay:

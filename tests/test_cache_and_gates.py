@@ -205,10 +205,13 @@ def test_item_cost_sums_every_call_of_the_item():
 
     client = ModelClient(prices={"m": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}})
     fields = completion_fields(Completion("m", "summary", 0.5, 10, 5, cached=True,
-                                          est_cost_usd=client.estimate_cost("m", 10, 5)),
-                               Completion("m", "answer", 0.25, 20, 1, est_cost_usd=client.estimate_cost("m", 20, 1)))
+                                          est_cost_usd=client.estimate_cost("m", 10, 5), system="s", prompt="p1"),
+                               Completion("m", "answer", 0.25, 20, 1, est_cost_usd=client.estimate_cost("m", 20, 1),
+                                          prompt="p2"))
     assert fields == {"response_time_s": 0.75, "prompt_tokens": 30, "completion_tokens": 6,
-                      "est_cost_usd": (30 * 1.0 + 6 * 2.0) / 1e6, "cached": False}
+                      "est_cost_usd": (30 * 1.0 + 6 * 2.0) / 1e6, "cached": False,
+                      "system": None, "prompt": "p2",  # what the answer's call sent; the summary's comes before
+                      "earlier_calls": [{"system": "s", "prompt": "p1", "response_text": "summary"}]}
 
 
 def test_a_baselines_floor_does_not_gate_a_model_under_evaluation():
