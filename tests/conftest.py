@@ -20,8 +20,12 @@ from hypothesis import settings
 # Every property test is reproducible and steady on a loaded machine: the same examples on every run
 # (derandomize), and no per-example deadline (a 200 ms deadline failed under load; speed is measured
 # in benchmarks/, never in tests). A test's own @settings still override the rest.
-settings.register_profile("fieldeval", derandomize=True, deadline=None, print_blob=True)
-settings.load_profile("fieldeval")
+# ``ci`` is that profile under the name CI asks for (HYPOTHESIS_PROFILE=ci); ``dev`` explores new examples
+# (HYPOTHESIS_PROFILE=dev) when hunting for a failure locally.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("fieldeval", parent=settings.get_profile("ci"))
+settings.register_profile("dev", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_OBO = ROOT / "fixtures" / "ontology" / "tiny.obo"
