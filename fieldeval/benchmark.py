@@ -251,6 +251,8 @@ class Benchmark(Generic[Context]):
         corpus_versions: () -> the corpus versions the service offers; when given, an evaluation
             started through the service names one (passed as the option field ``corpus_version``).
         items: how the run's items read one by one: their score columns and the explanation of each.
+        lead: the one metric a single figure of the benchmark stands for (``fieldeval power``'s default);
+            empty: the first headline metric.
     """
 
     name: str
@@ -285,11 +287,17 @@ class Benchmark(Generic[Context]):
     dashboard: Dashboard = field(default_factory=Dashboard)
     corpus_versions: Callable[[], Sequence[str]] | None = None
     items: ItemView = field(default_factory=ItemView)
+    lead: str = ""
 
     @property
     def headline(self) -> list[str]:
         """The metrics shown in the summary tables."""
         return [m.name for m in self.metrics if m.headline]
+
+    @property
+    def lead_metric(self) -> str:
+        """The metric a single figure of the benchmark stands for: ``lead``, else the first headline metric."""
+        return self.lead or self.headline[0]
 
     def metric(self, name: str) -> Metric:
         """The declared metric ``name``; a usage error naming the choices when there is none."""

@@ -223,3 +223,16 @@ def test_power_prints_items_and_clusters_needed(project):
     assert lines[2].startswith("this suite (12 items, 4 clusters) can detect a difference of about ")
     bad = _fieldeval(project, "power", "ebs", "--difference", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("fieldeval: --difference 0: must be above 0")
+    assert lines[3].startswith("note: 4 clusters (under 10)")  # the design effect of 4 clusters is approximate
+    wide = _fieldeval(project, "power", "ebs", "--difference", "5", "--from-run", "run_base")
+    assert wide.returncode == 2  # a 0-1 metric cannot move by 5: one line, never "1 items"
+    assert wide.stderr.strip().splitlines() == [
+        "fieldeval: --difference 5: larger than ebs.ontology_score's whole range (0 to 1); pass a difference in "
+        "the metric's units, e.g. 0.05"]
+
+
+def test_power_defaults_to_each_benchmarks_lead_metric():
+    from fieldeval.benchmark import benchmarks
+
+    leads = {name: bench.lead_metric for name, bench in benchmarks().items()}
+    assert leads == {"ebs": "ontology_score", "ibf": "mean_dimension_score", "microbiorel": "weighted_f1"}

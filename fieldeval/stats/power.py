@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fieldeval.errors import UsageError
-from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Design, Estimator
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, FEW_CLUSTERS, Design, Estimator
 
 ALPHA = 0.05
 POWER = 0.80
@@ -166,10 +166,15 @@ def _power_cli(args: argparse.Namespace) -> int:
                          "e.g. 0.05)")
     if not 0 <= args.correlation < 1:
         raise UsageError(f"--correlation {args.correlation:g}: must be at least 0 and below 1")
-    metric = args.metric or bench.headline[0]
+    metric = args.metric or bench.lead_metric
     if metric not in {m.name for m in bench.metrics}:
         raise UsageError(f"--metric {metric}: {bench.name} has no such metric; choose from "
                          f"{', '.join(m.name for m in bench.metrics)}")
+    declared = bench.metric(metric)
+    if args.difference > declared.high - declared.low:
+        raise UsageError(f"--difference {args.difference:g}: larger than {bench.name}.{metric}'s whole range "
+                         f"({declared.low:g} to {declared.high:g}); pass a difference in the metric's units, e.g. "
+                         f"{(declared.high - declared.low) / 20:g}")
     with _store(args) as store:
         run_id = args.from_run or _baseline_run(store, bench.name, bench.baseline)
         rows = store.run_rows(run_id).get(bench.name)
@@ -196,6 +201,9 @@ def _power_cli(args: argparse.Namespace) -> int:
         print(epoch_line)
     for line in result.lines(bench.name, run_id, model, args.correlation):
         print(line)
+    if result.clusters < FEW_CLUSTERS and result.clusters < result.items:
+        print(f"note: {result.clusters} clusters (under {FEW_CLUSTERS}): the design effect rests on few clusters, so "
+              "these figures are approximate; more clusters, not more items per cluster, shrink the interval")
     return 0
 
 
@@ -210,7 +218,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                        help="the paired difference to detect, in the metric's units (e.g. 0.05)")
     power.add_argument("--from-run", metavar="RUN", dest="from_run",
                        help="the stored run whose variances to use (default: the newest run of the offline baseline)")
-    power.add_argument("--metric", metavar="M", help="the metric (default: the benchmark's first headline metric)")
+    power.add_argument("--metric", metavar="M", help="the metric (default: the benchmark's lead metric, e.g. ebs ontology_score, ibf "
+                            "mean_dimension_score)")
     power.add_argument("--model", metavar="MODEL", help="the run's model to use (default: the offline baseline, "
                                                          "else the first)")
     power.add_argument("--correlation", type=float, default=0.5, metavar="RHO",

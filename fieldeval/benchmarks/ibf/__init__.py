@@ -99,6 +99,7 @@ BENCHMARK = Benchmark(
     estimators=estimators,
     audit=audit,
     items=ITEMS,
+    lead="mean_dimension_score",  # the seed's headline figure (MDS), not its first dimension
     dashboard=Dashboard(charts=(
         Chart("radar", "IBF dimensions (0-4), one polygon per run", metrics=tuple(DIMENSIONS), high=4.0),
     )),
