@@ -572,7 +572,7 @@ class ModelClient:
         def attempt() -> Completion:
             nonlocal sent
             self._raise_if_stopped(request.model_id)
-            lease = self.limits.acquire(request.model_id, self.slot_wait)
+            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait)
             self._raise_if_stopped(request.model_id, lease)
             sent += 1
             return self._attempt(request, lease)
@@ -689,7 +689,7 @@ class ModelClient:
     def _completion(self, request: Request, text: str, seconds: float, prompt_tokens: int | None,
                     completion_tokens: int | None, *, cached: bool = False) -> Completion:
         return Completion(request.model_id, text, seconds, prompt_tokens, completion_tokens, cached,
-                          self.estimate_cost(request.model_id, prompt_tokens, completion_tokens),
+                          self.estimate_cost(_configured(request, self.prices), prompt_tokens, completion_tokens),
                           system=request.system, prompt=request.prompt)
 
     def estimate_cost(self, model_id: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
@@ -703,6 +703,14 @@ class ModelClient:
     def with_board(self, board: Any) -> ModelClient:
         """The same client sharing stop flag and dead models through ``board``."""
         return replace(self, board=board)
+
+
+def _configured(request: Request, table: Mapping[str, Any]) -> str:
+    """The name ``table`` (prices, limits) knows the request's model by: the name it was asked for, else the model
+    id that name is an alias of (``4o-mini`` is priced as ``gpt-4o-mini``)."""
+    if request.model_id in table or request.resolved_id not in table:
+        return request.model_id
+    return request.resolved_id
 
 
 def _messages(request: Request) -> list[dict[str, str]]:
