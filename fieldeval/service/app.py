@@ -1,9 +1,9 @@
 """The FastAPI application: the seed's endpoints for models and evaluations, and the dashboard at ``/``.
 
 Build it with :func:`create_app`; ``fieldeval serve`` runs it on uvicorn.
-Errors are JSON ``{"message": ...}``: 422 names the field, 404 the unknown run
-or model, 401 a request without the token (:mod:`fieldeval.service.access`: only the benchmark list,
-the API schema and the page's assets are public).
+Errors are JSON ``{"message": ...}``: 422 names the field, 400 a bad query (a page too big, a case id
+of several models), 404 the unknown run, item or model, 401 a request without the token
+(:mod:`fieldeval.service.access`: only the benchmark list, the API schema and the page's assets are public).
 """
 
 from __future__ import annotations
@@ -339,6 +339,24 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
              model: str | None = Query(default=None, max_length=200)) -> Any:
         """The item-level diff of ``run`` against ``base`` for one benchmark, as ``fieldeval runs diff --json``."""
         return diffview.api_diff(store, base, run, benchmark=benchmark, base_model=base_model, model=model)
+
+    @app.get("/api/evaluations/{run_id}/responses")
+    def list_responses(run_id: str,
+                       benchmark: str | None = Query(default=None, max_length=200),
+                       model: str | None = Query(default=None, max_length=200),
+                       limit: int = Query(default=50, description=f"items a page, 0 to {views.MAX_PAGE}"),
+                       offset: int = Query(default=0, description="items skipped before the page")) -> dict[str, Any]:
+        """One page of a stored run's items (the seed's ``evaluation_responses`` rows, then the errored items):
+        ``{"total", "items"}``; walk the pages with ``offset``."""
+        return views.response_page(store, run_id, benchmark=benchmark, model=model, limit=limit, offset=offset)
+
+    @app.get("/api/evaluations/{run_id}/responses/{case_id:path}")
+    def get_response(run_id: str, case_id: str,
+                     benchmark: str | None = Query(default=None, max_length=200),
+                     model: str | None = Query(default=None, max_length=200)) -> dict[str, Any]:
+        """One item whole, as ``fieldeval runs item --json`` prints it: what was sent, the response, the scores
+        and their explanation, the call's tokens, cost and latency, and the error of an errored item."""
+        return views.response_item(store, run_id, case_id, benchmark=benchmark, model=model)
 
     @app.get("/api/evaluations/{run_id}")
     def get_evaluation(run_id: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""What the API answers: the seed's per-run view, the runs list, and job progress, from the store and the jobs.
+"""What the API answers: the seed's per-run view, the runs list, job progress and a run's responses, from the
+store and the jobs.
 
 Pure functions over a :class:`~fieldeval.store.Store` and a
 :class:`~fieldeval.service.jobs.JobTable`; the FastAPI routes only call these.
@@ -140,3 +141,58 @@ def estimate_seconds(jobs: JobTable, *, benchmark: str, model: str, total: int) 
 def is_active(job: Job | None) -> bool:
     """Whether the job still waits or runs."""
     return job is not None and job.status in ACTIVE
+
+
+MAX_PAGE = 1000  # the most items one GET /api/evaluations/{run_id}/responses returns
+
+
+def require_stored(store, run_id: str) -> None:
+    """NotFound unless ``run_id`` is a stored run (a queued or running job has no responses to read yet)."""
+    from fieldeval.store.runs import require_runs
+
+    with store.engine.connect() as conn:
+        try:
+            require_runs(conn, store.tables, [run_id], store.url)
+        except UsageError:
+            raise NotFound(f"run {run_id!r}: not a stored run; a run's responses can be read once it is stored, "
+                           "GET /api/evaluations lists them") from None
+
+
+def response_page(store, run_id: str, *, benchmark: str | None = None, model: str | None = None,
+                  limit: int = 50, offset: int = 0) -> dict[str, Any]:
+    """``GET /api/evaluations/{run_id}/responses``: ``{"total", "items"}``, one page of the run's items
+    (scored, then errored) as :func:`fieldeval.store.items.items_page` gives them, less each item's ``row``."""
+    from fieldeval.store.items import items_page
+
+    if not 0 <= limit <= MAX_PAGE:
+        raise UsageError(f"limit {limit}: pass 0 to {MAX_PAGE} items a page, and walk the rest with offset=")
+    if offset < 0:
+        raise UsageError(f"offset {offset}: pass 0 or more (the items skipped before the page)")
+    require_stored(store, run_id)
+    page = items_page(store, run_id, benchmark=benchmark, model=model, limit=limit, offset=offset)
+    return {"total": page["total"],
+            "items": [{key: value for key, value in item.items() if key != "row"} for item in page["items"]]}
+
+
+def response_item(store, run_id: str, case_id: str, *, benchmark: str | None = None,
+                  model: str | None = None) -> dict[str, Any]:
+    """``GET /api/evaluations/{run_id}/responses/{case_id}``: the item whole
+    (:func:`fieldeval.store.items.item_whole`); NotFound for no such item, a usage error naming ``model=``
+    (or ``benchmark=``) when the case id is an item of several."""
+    from fieldeval.store.items import item_whole, items_page
+
+    require_stored(store, run_id)
+    found = items_page(store, run_id, benchmark=benchmark, model=model, where=f"case_id == {case_id!r}",
+                       limit=20)["items"]
+    if not found:
+        narrowed = "".join(f" {name}={value}" for name, value in (("benchmark", benchmark), ("model", model))
+                           if value)
+        raise NotFound(f"case {case_id!r}: no item of run {run_id}{narrowed}; "
+                       f"GET /api/evaluations/{run_id}/responses lists its case ids")
+    pairs = sorted({(item["benchmark"], item["model"]) for item in found})
+    if len(pairs) > 1:
+        choose = "model=" if len({bench for bench, _ in pairs}) == 1 else "benchmark= and model="
+        raise UsageError(f"case {case_id!r} of run {run_id} is an item of "
+                         f"{', '.join(f'{bench}/{name}' for bench, name in pairs)}; pass {choose} to choose one")
+    (bench, name), = pairs
+    return item_whole(store, run_id, case_id, benchmark=bench, model=name)
