@@ -361,3 +361,46 @@ def test_the_diff_of_a_base_chosen_in_the_control_lists_worse_items_and_flips(br
     assert "/runs/run_0000000a/microbiorel/" + worse[0] in browser.current_url
     assert browser.find_element(By.ID, "item-response").text == f"answer <{worse[0]}> [/]"
     _fits(browser)
+
+
+@pytest.fixture(scope="module")
+def prompted_server(tmp_path_factory: pytest.TempPathFactory):
+    """A service over tests/test_diff.py's two runs and a run stored with prompts and gold-data findings."""
+    from tests.test_api_responses import save_prompted_run
+    from tests.test_diff import save_two_runs
+
+    path = tmp_path_factory.mktemp("prompted") / "store.db"
+    save_two_runs(f"sqlite:///{path}")
+    save_prompted_run(f"sqlite:///{path}")
+    running = Server(path).start()
+    yield running
+    running.stop()
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_each_benchmarks_audit_findings_show_beside_its_charts_and_fit(browser, prompted_server, width):
+    from tests.test_api_responses import AUDIT
+
+    _open_at(browser, _dashboard(prompted_server), width)
+    lines = browser.execute_script("return Array.from(document.querySelectorAll('#ibf-audit li.audit-finding'))"
+                                   ".map(li => li.textContent)")
+    assert lines == [f"{f['kind']} ({f['count']}): {f['message']}" for f in AUDIT["ibf"]]
+    assert "fieldeval audit ibf" in browser.execute_script("return document.querySelector('#ibf-audit').textContent")
+    _fits(browser)
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_an_item_page_with_its_prompt_and_earlier_calls_fits(browser, prompted_server, width):
+    from urllib.parse import quote
+
+    from tests.test_api_responses import EARLIER, ODD_CASE, PROMPT, PROMPTED
+
+    browser.set_window_size(width, 1000)
+    browser.get(f"{prompted_server.base}/?token={prompted_server.token}")  # sets the cookie
+    browser.get(f"{prompted_server.base}/runs/{PROMPTED}/ibf/{quote(ODD_CASE, safe='')}")
+    assert _wait(browser, "return document.getElementById('item-prompt') !== null")
+    assert browser.execute_script("return document.getElementById('item-prompt').textContent") == PROMPT
+    assert browser.execute_script("return window.__xss") is None
+    earlier = browser.execute_script("return document.querySelector('.earlier-prompt').textContent")
+    assert earlier == EARLIER[0]["prompt"]
+    _fits(browser)

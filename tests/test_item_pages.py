@@ -71,3 +71,95 @@ def test_an_item_of_several_models_asks_for_one_and_an_unknown_item_is_404(clien
 def test_every_stored_run_row_links_to_its_items(client):
     page = client.get("/").text
     assert set(re.findall(r'<a class="run-items" href="/runs/([^"]+)"', page)) == {"run_0000000a", "run_0000000b"}
+
+
+@pytest.fixture
+def prompted(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from fieldeval.service.app import create_app
+    from tests.service_helpers import ROOT
+    from tests.test_api_responses import save_prompted_run
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    save_two_runs(url)
+    save_prompted_run(url)
+    app = create_app(url, evals_dir=ROOT / "evals", token="tok", work_dir=tmp_path)
+    with TestClient(app, base_url="http://127.0.0.1", headers=BEARER) as test_client:
+        yield test_client
+
+
+def _inner(html: str, element_id: str) -> str:
+    """The inner HTML of the element with this id (one not nested in another of its tag)."""
+    return re.search(rf'<(\w+)[^>]*\bid="{element_id}"[^>]*>(.*?)</\1>', html, re.S).group(2)
+
+
+def test_the_item_page_shows_the_stored_system_text_and_prompt_escaped(prompted):
+    from html import unescape
+
+    from tests.test_api_responses import PROMPT, PROMPTED, SYSTEM
+
+    page = prompted.get(f"/runs/{PROMPTED}/ibf/ibf_0001")
+    assert page.status_code == 200
+    prompt, system = _inner(page.text, "item-prompt"), _inner(page.text, "item-system")
+    assert unescape(prompt) == PROMPT and unescape(system) == SYSTEM  # exactly as sent, tab and newline kept
+    assert "<" not in prompt + system and "window.__xss" in prompt  # the markup is text
+
+
+def test_the_item_page_shows_earlier_calls_and_the_calls_figures(prompted):
+    from urllib.parse import quote
+
+    from tests.test_api_responses import ODD_CASE, PROMPTED
+
+    page = prompted.get(f"/runs/{PROMPTED}/ibf/{quote(ODD_CASE, safe='')}")
+    assert page.status_code == 200
+    earlier = _inner(page.text, "item-earlier-calls")
+    assert "Summarise &lt;p&gt;this&lt;/p&gt;" in earlier and "a summary &lt;i&gt;of it&lt;/i&gt;" in earlier
+    call = _inner(page.text, "item-call")
+    assert 'data-label="latency (s)" class="num">0.01<' in call and 'data-label="cached" class="num">False<' in call
+    assert "hazard_recognition 4, impact_reasoning 3" in _inner(page.text, "item-explanation")
+
+
+def test_the_item_page_of_an_errored_item_shows_its_error(prompted):
+    from tests.test_api_responses import PROMPTED
+
+    page = prompted.get(f"/runs/{PROMPTED}/ibf/ibf_0099")
+    assert page.status_code == 200
+    assert "RateLimitError: 429 &lt;too many requests&gt;" in _inner(page.text, "item-error")
+    assert "the item errored" in _inner(page.text, "item-scores")
+    assert 'data-label="prompt tokens" class="num">-<' in _inner(page.text, "item-call")
+
+
+def test_the_item_page_of_a_run_stored_without_prompts_says_so(prompted):
+    page = prompted.get("/runs/run_0000000a/ibf/ibf_0001")
+    assert "not stored with this run" in _inner(page.text, "item-prompt")
+    assert "not stored with this run" in _inner(page.text, "item-system")
+
+
+def test_the_main_page_shows_each_benchmarks_audit_findings_beside_its_charts(prompted):
+    page = prompted.get("/").text
+    section = page[page.index('<section id="ibf"'):page.index("</section>", page.index('<section id="ibf"'))]
+    audit = section[section.index('id="ibf-audit"'):section.index("</aside>")]
+    assert section.index('id="ibf-audit"') < section.index('id="ibf-headline"')
+    findings = re.findall(r'<li class="audit-finding" data-kind="([^"]+)"><code>[^<]+</code> \((\d+)\): ([^<]*)</li>',
+                          audit)
+    assert findings == [("hazard_with_few_items", "3", "2 of 3 hazards have fewer than 5 items &lt;dzud&gt;"),
+                        ("duplicate_question", "2", "2 items ask 1 question twice")]
+    assert "<code>fieldeval audit ibf</code>" in audit
+    ebs = page[page.index('id="ebs-audit"'):]
+    assert "no findings" in ebs[:ebs.index("</aside>")]
+    microbiorel = page[page.index('id="microbiorel-audit"'):]
+    assert "no audit stored with these runs" in microbiorel[:microbiorel.index("</aside>")]
+
+
+def test_runs_that_recorded_different_audit_findings_are_shown_apart():
+    from fieldeval.service.dashboard import audit_groups
+
+    one = [{"kind": "duplicate_question", "message": "2 items ask 1 question twice", "count": 2, "cases": ["a"]}]
+    records = [{"run_id": "run_1", "payload": {"audit": {"ibf": one}}},
+               {"run_id": "run_2", "payload": {"audit": {"ibf": []}}},
+               {"run_id": "run_3", "payload": {"audit": {"ibf": [{**one[0], "cases": ["b"]}]}}},
+               {"run_id": "run_4", "payload": {}}]  # stored before runs kept an audit: left out
+    assert audit_groups(records) == {"ibf": [{"findings": [{k: one[0][k] for k in ("kind", "message", "count")}],
+                                              "runs": ["run_1", "run_3"]},
+                                             {"findings": [], "runs": ["run_2"]}]}

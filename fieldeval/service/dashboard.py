@@ -2,8 +2,9 @@
 
 Every benchmark reaches the page through its :class:`~fieldeval.benchmark.Benchmark`
 face: its name, title and headline metrics (one chart across runs, with ci95),
-and the charts its ``dashboard`` member declares. A third-party benchmark shows
-up as the built-in ones do.
+and the charts its ``dashboard`` member declares, with the gold-data audit findings
+the runs' reports recorded (``evals.audit.<benchmark>``, kept in the stored payload).
+A third-party benchmark shows up as the built-in ones do.
 
 Jinja2 renders the page with autoescape on (model names, labels and any text
 from a run are escaped); the chart data travels as JSON inside a
@@ -152,6 +153,19 @@ def few_cluster_notes(run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def audit_groups(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each benchmark's gold-data findings as the shown runs' reports keep them (``evals.audit.<benchmark>``):
+    one group per distinct set of findings, with the runs that found it (runs stored without an audit left out)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for record in records:
+        for bench, findings in ((record.get("payload") or {}).get("audit") or {}).items():
+            kept = [{"kind": f.get("kind"), "message": f.get("message"), "count": f.get("count")} for f in findings]
+            groups = out.setdefault(bench, {})
+            group = groups.setdefault(json.dumps(kept, sort_keys=True), {"findings": kept, "runs": []})
+            group["runs"].append(record["run_id"])
+    return {bench: list(groups.values()) for bench, groups in out.items()}
+
+
 def _face(bench: Benchmark) -> dict[str, Any]:
     """The benchmark as the page sees it."""
     return {"name": bench.name, "title": bench.title, "headline": headline_metrics(bench),
@@ -164,7 +178,8 @@ def _face(bench: Benchmark) -> dict[str, Any]:
 def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = False,
             base: str | None = None, run: str | None = None) -> dict[str, Any]:
     """What the template shows: the runs list, each benchmark's entries, the data the charts draw, the
-    paired differences of the stored runs against ``base``, and the item diff of ``run`` against ``base``."""
+    gold-data audit findings the runs recorded, the paired differences of the stored runs against ``base``,
+    and the item diff of ``run`` against ``base``."""
     if jobs is not None:
         runs = run_list(store, jobs)
     else:
@@ -217,6 +232,7 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
             "differences": paired, "cluster_notes": cluster_notes, "stored_runs": [summary.run_id for summary in store.list_runs()],
             "diff": diff_sections(store, base, run) if live else None, "base": base,
             "faces": {face["name"]: face for face in faces}, "available": data["available"],
+            "audits": audit_groups(list(records.values())),
             "benchmarks": sorted({b for r in runs for b in r["benchmarks"]}),
             "models": sorted({m for r in runs for m in r["models"]}),
             "corpus_versions": sorted({v for r in runs for v in r["corpus_list"] if v})}

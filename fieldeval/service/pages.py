@@ -100,21 +100,16 @@ def items_context(store: Any, run_id: str, query: ItemQuery) -> dict[str, Any]:
 
 
 def item_context(store: Any, run_id: str, benchmark: str, case_id: str, model: str | None) -> dict[str, Any]:
-    """What ``item.html`` shows: the item's prompt (when stored), response, scores and explanation."""
-    from fieldeval.benchmark import benchmarks
-    from fieldeval.store.items import find_item, score_columns
+    """What ``item.html`` shows: the item whole (:func:`fieldeval.store.items.item_whole`): what was sent (when
+    stored), earlier calls, the response, scores, explanation, the call's tokens, cost and latency, the error."""
+    from fieldeval.store.items import item_whole
 
-    item = find_item(store, run_id, case_id, benchmark=benchmark, model=model)
-    row = item.get("row") or {}
-    face = benchmarks().get(benchmark)
-    explanation = None
-    if face is not None and item["status"] == "scored":
-        explanation = face.items.explain(row) or None
-    names = score_columns(benchmark).get(benchmark, ())
-    return {"run_id": run_id, "benchmark": benchmark, "item": item, "scores": [(n, item.get(n)) for n in names],
-            "prompt": item.get("prompt") or row.get("prompt"), "explanation": explanation,
-            "recorded": sorted((k, v) for k, v in row.items() if k not in names and k not in ("response_text",
-                                                                                             "prompt")),
+    item = item_whole(store, run_id, case_id, benchmark=benchmark, model=model)
+    call = [("prompt tokens", item.get("prompt_tokens"), 0), ("completion tokens", item.get("completion_tokens"), 0),
+            ("cost (USD)", item.get("est_cost_usd"), 6), ("latency (s)", item.get("response_time_s"), 2),
+            ("cached", item.get("cached"), 0)]
+    return {"run_id": run_id, "benchmark": benchmark, "item": item, "scores": list(item["scores"].items()),
+            "call": call, "recorded": sorted(item["recorded"].items()),
             "runs_href": f"/runs/{quote(run_id, safe='')}?{urlencode({'benchmark': benchmark})}"}
 
 
