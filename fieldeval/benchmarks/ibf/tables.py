@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
+from fieldeval.benchmarks.ibf.agreement_cli import register_cli as register_agreement_cli
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_tsv, write_tsv
 from scorers.ibf import DIMENSIONS, reading, run_scores
@@ -121,3 +122,4 @@ def register_cli(groups: CliGroups) -> None:
                        help=f"TSV with columns {', '.join(SCORE_COLUMNS)} (0-4, blank = unscored)")
     s_ibf.add_argument("--json", action="store_true", help="print the payload as JSON")
     s_ibf.set_defaults(func=_score_ibf)
+    register_agreement_cli(groups)
