@@ -92,6 +92,7 @@ def test_three_concurrent_shards_merge_to_the_unsharded_run(project):
     assert merged_run["payload"]["benchmarks"]["ebs"]["fake-ebs"]["errors"] == 1
     assert (merged_run["settings_hash"], merged_run["shard_count"]) == (whole["settings_hash"], 3)
     assert merged_run["total_items"] == whole["total_items"] == 12
+    assert merged_run["payload"]["audit"] == whole["payload"]["audit"]  # the gold data's findings, as unsharded
 
 
 @pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)

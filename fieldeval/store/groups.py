@@ -259,6 +259,12 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         "run_group": {"name": name, "shards": [s.run_id for s in shards], "rows": "shards"},
         "status": "partial" if partial else "completed",
     }
+    audits = {}  # each benchmark's gold-data findings, from the shards (they share the data they were run on)
+    for shard in shards:
+        for bench, findings in (shard.payload.get("audit") or {}).items():
+            audits.setdefault(bench, findings)
+    if audits:
+        payload["audit"] = audits
     payload["gates"] += error_gates(entries, payload["status"], max_errors)
     if baseline_run:
         diffs, notes = differences(baseline_run, store.run_rows(baseline_run), payload["run_id"], rows,
