@@ -173,10 +173,10 @@ def _add_fields(group, cls: type, prefix: str, seen: set[str]) -> None:
         kwargs: dict[str, Any] = {"dest": _dest(prefix, f.name), "help": meta["help"]}
         # a metavar is always a word for the value, never pytest's default (the dest, an env-var-like name)
         kind = meta.get("type") or (type(f.default) if f.default is not None else str)
-        if meta.get("metavar") or not meta.get("choices"):  # choices show as {a,b}
-            kwargs["metavar"] = meta.get("metavar") or {int: "N", float: "X"}.get(kind, "VALUE")
-        if meta.get("choices"):
-            kwargs["choices"] = meta["choices"]
+        # choices show as {a,b} in --help; parse_options checks them, so a bad one is one line and exit 2, not
+        # argparse's usage block and 4
+        choices = "{" + ",".join(meta["choices"]) + "}" if meta.get("choices") else None
+        kwargs["metavar"] = meta.get("metavar") or choices or {int: "N", float: "X"}.get(kind, "VALUE")
         if isinstance(f.default, bool):
             kwargs.update(action="store_true", default=f.default)
             kwargs.pop("metavar", None)
@@ -209,7 +209,11 @@ def _values(config, cls: type, prefix: str) -> dict[str, Any]:
 
 
 def _convert(f: dataclasses.Field, value: Any) -> Any:
-    """An option's text as its field's type (int or float); a usage error naming the flag otherwise."""
+    """An option's text as its field's type (int or float), or one of its choices; a usage error naming the flag
+    otherwise."""
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise UsageError(f"{f.metadata['flag']} {value!r}: not a choice; choose from {', '.join(choices)}")
     kind = f.metadata.get("type") or (type(f.default) if f.default is not None else None)
     if kind not in (int, float) or not isinstance(value, str):
         return value
