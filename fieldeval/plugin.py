@@ -101,6 +101,28 @@ def selected_benchmarks(config: pytest.Config) -> list[str]:
     return sorted(selected)
 
 
+def check_paths(config: pytest.Config) -> None:
+    """A path on the command line that does not exist is a usage error naming the eval files (xdist's workers
+    would otherwise collect nothing and the session end silently with exit 5)."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return
+    for arg in config.args:
+        path = _arg_path(config, arg.split("::")[0])
+        if path is None or not path.exists():
+            files = eval_files(config)
+            hint = f"; the eval files are {', '.join(files)}" if files else ""
+            what = "file, folder or module" if config.option.pyargs else "file or folder"
+            raise UsageError(f"{arg.split('::')[0]}: no such {what}{hint}")
+
+
+def eval_files(config: pytest.Config) -> list[str]:
+    """The installed benchmarks' eval modules (``test_<name>.py``) in the project, relative to where pytest runs."""
+    folders = [config.rootpath / "evals", config.rootpath,
+               *(config.rootpath / path for path in config.getini("testpaths"))]
+    found = {folder / f"test_{name}.py" for folder in folders for name in benchmarks()}
+    return sorted(os.path.relpath(path, config.invocation_params.dir) for path in found if path.is_file())
+
+
 def _arg_path(config: pytest.Config, arg: str) -> Path | None:
     path = (config.invocation_params.dir / arg).resolve()
     if path.exists() or not config.option.pyargs:
@@ -121,8 +143,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """Parse the options once, set up the session, check every input, and point pytest-json-report."""
     config.addinivalue_line("markers", f"{MARKER}(benchmark): an eval item of a fieldeval benchmark")
     engine, bench_options = exit_on_usage_error(lambda: parse_options(config))
-    selected = selected_benchmarks(config)
     worker = is_xdist_worker(config)
+    if not worker and not _only_informs(config):
+        exit_on_usage_error(lambda: check_paths(config))
+    selected = selected_benchmarks(config)
     resumed = None
     if worker and resume.WORKER_KEY in config.workerinput:  # the controller's options, taken from the run
         engine, bench_options = resume.from_worker(config.workerinput[resume.WORKER_KEY], engine, bench_options)
