@@ -80,11 +80,13 @@ def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
     errors = planned - scored  # errored, and (in a merge) missing
     if max_errors is not None and errors <= max_errors:
         return []
-    allow = f"at most {max_errors} allowed by --max-errors" if max_errors is not None else \
-        f"pass --max-errors {errors} to let the gates judge it, or resume it with --resume"
-    return [{"metric": "errors", "model": "-", "gate_on": "count", "value": errors,
-             "threshold": max_errors or 0, "passed": False,
-             "reason": f"the run is partial: {errors} of {planned} planned items errored or missing ({allow})"}]
+    allowed = max_errors or 0
+    fix = (f"pass --max-errors {errors} to let the gates judge the scored items, or run the rest with "
+           "--resume RUN_ID")
+    return [{"metric": "errors", "model": "-", "gate_on": "count", "value": errors, "planned": planned,
+             "threshold": allowed, "passed": False,
+             "reason": f"the run is partial: {errors} of {planned} planned items errored or missing "
+                       f"(at most {allowed} allowed; {fix})"}]
 
 
 __all__ = ["check_gate", "check_gate_options", "error_gates", "gate_results", "get_benchmark_for_gate"]

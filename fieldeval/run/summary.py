@@ -68,8 +68,9 @@ def difference_lines(payload: dict) -> list[str]:
 
 
 def gate_line(gate: dict) -> str:
-    """One line per gate result, passed or failed, e.g. ``passed gate ebs.ontology_score for m: lower value 0.842 >= 0.8``."""
-    head = f"gate {gate['metric']} for {gate['model']}"
+    """One line per gate result, passed or failed, e.g. ``passed gate ebs.ontology_score for m: lower value 0.842 >= 0.8``
+    or ``FAILED gate errors: the run is partial: 3 of 100 planned items errored or missing (at most 0 allowed; ...)``."""
+    head = f"gate {gate['metric']}" + (f" for {gate['model']}" if gate["model"] != "-" else "")
     if gate["gate_on"] == "baseline":
         from fieldeval.stats.paired import regression_line
 
@@ -156,7 +157,8 @@ def render_markdown(payload: dict) -> str:
         lines += ["### Gates", "", "| gate | model | value | threshold | result |", "|---|---|---:|---:|---|"]
         for gate in payload["gates"]:
             value = "-" if gate["value"] is None else (
-                format_difference(gate) if gate.get("ci95") else f"{gate['value']:.3f}")
+                format_difference(gate) if gate.get("ci95") else
+                str(gate["value"]) if gate["gate_on"] == "count" else f"{gate['value']:.3f}")
             lines.append(f"| {gate['metric']} ({gate['gate_on']}) | {markdown_cell(gate['model'])} | {value} | "
                          f"{gate['threshold']} | {'pass' if gate['passed'] else '**FAIL**'} |")
         lines.append("")
