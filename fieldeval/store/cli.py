@@ -79,16 +79,23 @@ def _runs_list(args: argparse.Namespace) -> int:
         return 0
     print(f"runs in {store.url}")  # a plain line: which store this is, never wrapped or cut
     table = Table()
-    for column in ["run_id", "created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
-        table.add_column(column, justify="right" if column == "items" else "left")
+    _add_run_id_column(table, "run_id", [run.run_id for run in runs])
+    for column in ["created_at", "label", "benchmarks", "models", "corpus", "status", "items"]:
+        table.add_column(column, justify="right" if column == "items" else "left", overflow="fold")
     for run in runs:
         corpus = _versions(run.corpus_versions) + (" (legacy)" if run.legacy else "")
         table.add_row(escape(run.run_id), run.created_at, escape(run.label or "-"), escape(", ".join(run.benchmarks)),
                       escape(", ".join(run.models)), corpus, escape(run.status), _items(run))
-    _console().print(table)
+    _console().print(table, crop=False)  # run ids whole even where the table cannot fit
     for line in kept:
         print(line)
     return 0
+
+
+def _add_run_id_column(table: Any, header: str, run_ids: list[str], **options: Any) -> None:
+    """A column of run ids as wide as the longest: never wrapped nor cut, whatever the terminal's width (the other
+    columns fold)."""
+    table.add_column(header, no_wrap=True, min_width=max(len(run_id) for run_id in [header, *run_ids]), **options)
 
 
 def _kept_lines(reports_dir: str, stored: set[str]) -> list[str]:
@@ -185,11 +192,12 @@ def _runs_compare(args: argparse.Namespace) -> int:
         return 0
     entries = payload["runs"]
     table = Table(title="headline metrics, side by side", title_justify="left")
-    table.add_column("benchmark")
-    table.add_column("metric")
-    for entry in entries:
+    table.add_column("benchmark", overflow="fold", min_width=3)
+    table.add_column("metric", overflow="fold", min_width=3)
+    for entry in entries:  # the header's first line, the run id, is never cut (the other columns fold first)
         tag = (" (legacy)" if entry.get("legacy") else "") + (f" ({entry['status']})" if "status" in entry else "")
-        table.add_column(escape(f"{entry['run_id']}\n{entry['model_name']}{tag}"), justify="right", no_wrap=True)
+        table.add_column(escape(f"{entry['run_id']}\n{entry['model_name']}{tag}"), justify="right", no_wrap=True,
+                         min_width=len(entry["run_id"]))
     rows: dict[tuple[str, str], None] = {}
     for entry in entries:
         for bench, metrics in entry["benchmarks"].items():
@@ -197,19 +205,22 @@ def _runs_compare(args: argparse.Namespace) -> int:
     for bench, metric in rows:
         table.add_row(escape(bench), escape(metric), *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
     console = _console()
-    console.print(table)
+    console.print(table, crop=False)  # run ids whole even where the table cannot fit
     if payload["differences"]:
         from fieldeval.run.summary import format_difference
 
         diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base, ci95; "
                                         "* the interval excludes 0)"), title_justify="left")
         for column in ["benchmark", "metric", "model", "run", "difference (ci95)", "items", "clusters"]:
+            if column == "run":
+                _add_run_id_column(diff_table, column, [d["run"] for d in payload["differences"]])
+                continue
             diff_table.add_column(column, justify="right" if column in ("items", "clusters") else "left",
-                                  no_wrap=column == "difference (ci95)")
+                                  no_wrap=column == "difference (ci95)", overflow="fold")
         for d in payload["differences"]:
             diff_table.add_row(escape(d["benchmark"]), escape(d["metric"]), escape(d["model"]), escape(d["run"]),
                                format_difference(d), str(d["n_items"]), str(d["n_clusters"]))
-        console.print(diff_table)
+        console.print(diff_table, crop=False)
     return 0
 
 
