@@ -246,7 +246,8 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     serve.set_defaults(func=_serve)
     report = sub.add_parser("report", help="the dashboard of some runs as one self-contained HTML file")
     report.add_argument("run_ids", metavar="RUN", nargs="+")
-    report.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("-o", "--output", default="reports/report.html",
+                        help="HTML file to write (default: reports/report.html, beside the run's other outputs)")
     report.add_argument("--store", metavar="URL", default=None, help=store_help)
     report.add_argument("--base", metavar="RUN", default=None,
                         help="show the other runs' paired differences against this run (default: the first run)")
