@@ -15,10 +15,11 @@ from fieldeval.errors import UsageError
 from fieldeval.rows import column
 from fieldeval.store.schema import utcnow
 
-# row keys with a column of their own in evaluation_responses (or none at all): not copied into ``metrics``
+# row keys with a column of their own in evaluation_responses (or none at all), and the bulky text of an item
+# (what was sent, the scorer's evidence): not copied into ``metrics``, which --where and --sort read, but row_extra
 ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
                "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at",
-               "case_key", "cluster", "cluster_stratum"}
+               "case_key", "cluster", "cluster_stratum", "system", "prompt", "earlier_calls", "evidence"}
 UNDECLARED = StoreColumns()
 
 
