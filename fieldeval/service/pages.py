@@ -162,4 +162,6 @@ def item_response(store: Any, run_id: str, benchmark: str, case_id: str, model: 
     try:
         return HTMLResponse(render_page("item.html", item_context(store, run_id, benchmark, case_id, model or None)))
     except UsageError as error:
-        return _error_page(str(error), 404 if "no item of" in str(error) else 400)
+        from fieldeval.store.items import ItemNotFound
+
+        return _error_page(str(error), 404 if isinstance(error, ItemNotFound) else 400)

@@ -179,20 +179,13 @@ def response_item(store, run_id: str, case_id: str, *, benchmark: str | None = N
     """``GET /api/evaluations/{run_id}/responses/{case_id}``: the item whole
     (:func:`fieldeval.store.items.item_whole`); NotFound for no such item, a usage error naming ``model=``
     (or ``benchmark=``) when the case id is an item of several."""
-    from fieldeval.store.items import item_whole, items_page
+    from fieldeval.store.items import AmbiguousItem, ItemNotFound, item_whole
 
     require_stored(store, run_id)
-    found = items_page(store, run_id, benchmark=benchmark, model=model, where=f"case_id == {case_id!r}",
-                       limit=20)["items"]
-    if not found:
-        narrowed = "".join(f" {name}={value}" for name, value in (("benchmark", benchmark), ("model", model))
-                           if value)
-        raise NotFound(f"case {case_id!r}: no item of run {run_id}{narrowed}; "
-                       f"GET /api/evaluations/{run_id}/responses lists its case ids")
-    pairs = sorted({(item["benchmark"], item["model"]) for item in found})
-    if len(pairs) > 1:
-        choose = "model=" if len({bench for bench, _ in pairs}) == 1 else "benchmark= and model="
-        raise UsageError(f"case {case_id!r} of run {run_id} is an item of "
-                         f"{', '.join(f'{bench}/{name}' for bench, name in pairs)}; pass {choose} to choose one")
-    (bench, name), = pairs
-    return item_whole(store, run_id, case_id, benchmark=bench, model=name)
+    try:
+        return item_whole(store, run_id, case_id, benchmark=benchmark, model=model)
+    except ItemNotFound as error:
+        raise NotFound(error.worded(flags=False, listing=f"GET /api/evaluations/{run_id}/responses lists its "
+                                                         "case ids")) from None
+    except AmbiguousItem as error:
+        raise UsageError(error.worded(flags=False)) from None

@@ -296,16 +296,44 @@ def find_item(store: Any, run_id: str, case_id: str, *, benchmark: str | None = 
                 values = row._asdict()
                 found.append(item_record(values, t, run_id) if part.status == "scored" else error_record(values, run_id))
     if not found:
-        narrowed = "".join(f" {flag} {value}" for flag, value in (("--benchmark", benchmark), ("--model", model))
-                           if value)
-        raise UsageError(f"case {case_id!r}: no item of run {run_id}{narrowed}; "
-                         f"run `fieldeval runs items {run_id}` for its case ids")
+        raise ItemNotFound(run_id, case_id, benchmark, model)
     pairs = sorted({(item["benchmark"], item["model"]) for item in found})
     if len(pairs) > 1:
-        flag = "--model" if len({b for b, _ in pairs}) == 1 else "--benchmark and --model"
-        raise UsageError(f"case {case_id!r} of run {run_id} is an item of {', '.join(f'{b}/{m}' for b, m in pairs)}; "
-                         f"pass {flag} to choose one")
+        raise AmbiguousItem(run_id, case_id, pairs)
     return found[0]
+
+
+def _options(pairs: Sequence[tuple[str, Any]], *, flags: bool) -> str:
+    """The given (name, value) pairs as ``--name value`` (flags) or ``name=value``, each after a space."""
+    return "".join(f" --{name} {value}" if flags else f" {name}={value}" for name, value in pairs if value)
+
+
+class ItemNotFound(UsageError):
+    """No item of the run has the case id (in the benchmark / model asked for)."""
+
+    def __init__(self, run_id: str, case_id: str, benchmark: str | None, model: str | None) -> None:
+        self.run_id, self.case_id, self.narrowed = run_id, case_id, (("benchmark", benchmark), ("model", model))
+        super().__init__(f"case {case_id!r}: no item of run {run_id}{_options(self.narrowed, flags=True)}; "
+                         f"run `fieldeval runs items {run_id}` for its case ids")
+
+    def worded(self, *, flags: bool, listing: str) -> str:
+        """The message with the options written as flags (``--model m``) or query parameters (``model=m``)."""
+        return f"case {self.case_id!r}: no item of run {self.run_id}{_options(self.narrowed, flags=flags)}; {listing}"
+
+
+class AmbiguousItem(UsageError):
+    """The case id names items of several benchmarks or models."""
+
+    def __init__(self, run_id: str, case_id: str, pairs: Sequence[tuple[str, str]]) -> None:
+        self.run_id, self.case_id, self.pairs = run_id, case_id, list(pairs)
+        super().__init__(self.worded(flags=True))
+
+    def worded(self, *, flags: bool) -> str:
+        """The message naming the options to pass as flags (``--model``) or query parameters (``model=``)."""
+        names = ["model"] if len({b for b, _ in self.pairs}) == 1 else ["benchmark", "model"]
+        choose = " and ".join(f"--{n}" if flags else f"{n}=" for n in names)
+        return (f"case {self.case_id!r} of run {self.run_id} is an item of "
+                f"{', '.join(f'{b}/{m}' for b, m in self.pairs)}; pass {choose} to choose one")
 
 
 def explanation(item: Mapping[str, Any]) -> str | None:
@@ -404,5 +432,5 @@ def items_frame(run_id: str, store: Any = None) -> Any:
     return pd.DataFrame.from_records(records, columns=list(columns))
 
 
-__all__ = ["BASE_COLUMNS", "FRAME_TAIL", "Where", "error_record", "explanation", "find_item", "item_columns", "item_record",
+__all__ = ["BASE_COLUMNS", "FRAME_TAIL", "AmbiguousItem", "ItemNotFound", "Where", "error_record", "explanation", "find_item", "item_columns", "item_record",
            "item_whole", "items_frame", "items_page", "score_columns", "whole"]

@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from fieldeval.errors import UsageError
+from fieldeval.store.cli import _fmt
 
 TABLE_LIMIT = 50  # items a table shows unless --limit says otherwise (--json and --tsv: every item)
 SHORT = 60  # characters of the response a table or TSV line shows
@@ -31,14 +32,6 @@ def listed_columns(items: Sequence[Mapping[str, Any]], benchmark: str | None) ->
     for bench in benches:
         columns.update(dict.fromkeys(score_columns(bench).get(bench, ())))
     return list(columns)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
 
 
 def runs_items(args: argparse.Namespace) -> int:
@@ -72,7 +65,7 @@ def runs_items(args: argparse.Namespace) -> int:
     table = Table(title=escape(f"{args.run_id}: {total} items" + (f", the first {len(items)} (--limit, or --json "
                                                                    "for all)" if len(items) < total else "")),
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    cells = [[_cell(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
+    cells = [[_fmt(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
     for i, column in enumerate([*columns, "response"]):  # one line per item: headers may wrap, cells never do
         widest = max((len(row[i]) for row in cells), default=1)
         if column in ("cluster", "stratum", "response"):  # long free text: cut with an ellipsis (--json: whole)
@@ -113,14 +106,14 @@ def _print_item(console: Any, item: Mapping[str, Any]) -> None:
         table.add_column("column")
         table.add_column("value", overflow="fold")
         for name, value in item["scores"].items():
-            table.add_row(escape(name), escape(_cell(value)))
+            table.add_row(escape(name), escape(_fmt(value)))
         console.print(table)
         _section(console, "explanation", item.get("explanation"), "none for this item")
     cost = item.get("est_cost_usd")
     console.print(escape(
-        f"call: prompt tokens {_cell(item.get('prompt_tokens'))}, completion tokens "
-        f"{_cell(item.get('completion_tokens'))}, cost {'-' if cost is None else f'${cost:.6f}'}, "
-        f"latency {_cell(item.get('response_time_s'))} s, cached {_cell(item.get('cached'))}"))
+        f"call: prompt tokens {_fmt(item.get('prompt_tokens'))}, completion tokens "
+        f"{_fmt(item.get('completion_tokens'))}, cost {'-' if cost is None else f'${cost:.6f}'}, "
+        f"latency {_fmt(item.get('response_time_s'))} s, cached {_fmt(item.get('cached'))}"))
     if item.get("error"):
         error = item["error"]
         console.print(escape(f"error: {error.get('error_class')}: {error.get('message') or ''}"))
