@@ -167,3 +167,38 @@ def test_a_cache_damaged_during_the_run_is_named_in_one_line(project):  # noqa: 
     assert damaged.returncode == 0, damaged.stdout + damaged.stderr
     assert len(lines) == 1 and "is damaged" in lines[0], damaged.stderr
     assert "Traceback" not in damaged.stderr + damaged.stdout
+
+
+@pytest.mark.slow  # end to end, a held subprocess: once in CI (-m slow)
+def test_a_second_session_leaves_alone_the_run_a_live_session_is_storing(project):  # noqa: F811
+    """Two sessions on one reports folder (e.g. two shards of a run group): the one that ends first must not
+    store the other's kept copy, which is that live session's own until it commits."""
+    with open(project.path / "conftest.py", "a") as conftest:
+        conftest.write(HOLD_SAVE)
+    store = f"sqlite:///{_store(project)}"
+    held = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", "run_held"],
+                            cwd=project.path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    folder = project.path / "reports" / "runs" / "run_held"
+    try:
+        deadline = time.monotonic() + 240
+        while not _saving(folder) and held.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _saving(folder) and (folder / "unstored.json").is_file()
+        (project.path / "conftest.py").write_text((project.path / "conftest.py").read_text().replace(HOLD_SAVE, ""))
+        second = subprocess.run([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", "run_other"],
+                                cwd=project.path, env=_env(), capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "kept by an earlier session" not in second.stdout
+        assert _stored_ids(project) == ["run_other"] and (folder / "unstored.json").is_file()
+        listed = _cli(project, "runs", "list", "--store", _store(project))
+        assert "run_held" not in listed.stdout, listed.stdout  # not "cut off": its session is still at it
+        pushed = _cli(project, "runs", "push", "run_held", "--store", _store(project))
+        assert pushed.returncode == 2 and len(pushed.stderr.strip().splitlines()) == 1, pushed.stderr
+        assert "still running" in pushed.stderr
+    finally:
+        os.killpg(held.pid, signal.SIGKILL)
+        held.wait(timeout=60)
+    pushed = _cli(project, "runs", "push", "run_held", "--store", _store(project))  # its session gone: it is left
+    assert pushed.returncode == 0, pushed.stderr
+    assert sorted(_stored_ids(project)) == ["run_held", "run_other"]

@@ -38,6 +38,7 @@ def trim_limit() -> int:
     value = os.environ.get(TRIM_ENV, "")
     return int(value) if value.strip().isdigit() else TRIM_ABOVE_ITEMS
 LOCK_FILE = ".publish.lock"
+SESSION_LOCK = ".session.lock"  # in a session's folder: held (flock) while the session lives, released when it ends
 
 
 @contextmanager
@@ -64,6 +65,7 @@ class RunFiles:
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id
         self.folder = _claim(self.reports_dir / RUNS_DIR, run_id)
+        self._held = _hold(self.folder)  # closed (the lock let go) when the process ends, however it ends
         self.report_path = Path(report_path)
         self.rows_sha256: str | None = None  # the rows file's digest, once written
 
@@ -122,6 +124,28 @@ def _claim(runs_dir: Path, run_id: str) -> Path:
             continue
         return folder
     raise OSError(f"{runs_dir}: 9,999 folders of run {run_id} already; remove the old ones")
+
+
+def _hold(folder: Path) -> object:
+    """Take the session folder's lock for as long as the returned handle is open (the process's life)."""
+    handle = open(folder / SESSION_LOCK, "a")  # noqa: SIM115  (held open on purpose)
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh folder: nobody else holds it
+    return handle
+
+
+def session_alive(folder: Path) -> bool:
+    """Whether a live session holds ``folder``'s lock: its kept run is still its own (being stored), not left."""
+    try:
+        handle = open(Path(folder) / SESSION_LOCK, "a")  # noqa: SIM115
+    except OSError:
+        return False  # no lock file (a folder of an older version, or read-only): nobody holds it
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 def sha256_file(path: Path) -> str:

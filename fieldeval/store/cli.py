@@ -259,6 +259,7 @@ def _runs_push(args: argparse.Namespace) -> int:
 
     from fieldeval.errors import UsageError
     from fieldeval.run.options import RUN_ID
+    from fieldeval.run.runfiles import session_alive
     from fieldeval.store.pending import find_unstored, push, read_unstored
 
     target = args.run_id
@@ -269,6 +270,9 @@ def _runs_push(args: argparse.Namespace) -> int:
     else:
         raise UsageError(f"runs push {target!r}: not a run id nor a kept file; pass the id the session printed "
                          "(e.g. run_3b9e204a) or its reports/runs/<run>/unstored.json")
+    if session_alive(path.parent):
+        raise UsageError(f"runs push {target}: the session that kept {path} is still running and stores the run "
+                         "itself; wait for it to end, then see `fieldeval runs list` before pushing")
     run = read_unstored(path)
     with _store(args, create=True) as store:
         stored_id = push(run, store, as_id=args.as_id)

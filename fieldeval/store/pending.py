@@ -110,11 +110,14 @@ def _read_rows(path: Path) -> tuple[dict[str, list[dict[str, Any]]], str]:
 
 
 def unstored_runs(reports_dir: Path) -> list[Path]:
-    """The ``unstored.json`` files under ``reports_dir/runs/``, oldest first."""
+    """The ``unstored.json`` files under ``reports_dir/runs/``, oldest first, but for those of sessions still
+    running: a live session's kept file is its copy while it stores the run itself, not a run left behind."""
+    from fieldeval.run.runfiles import session_alive
+
     folder = Path(reports_dir) / RUNS_DIR
     if not folder.is_dir():
         return []
-    found = [path for path in folder.glob(f"*/{UNSTORED_FILE}") if path.is_file()]
+    found = [path for path in folder.glob(f"*/{UNSTORED_FILE}") if path.is_file() and not session_alive(path.parent)]
     return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
 
 
