@@ -108,19 +108,27 @@ def _saving(folder) -> bool:
         return False
 
 
-@pytest.mark.slow  # end to end, a killed subprocess: once in CI (-m slow)
-def test_a_session_killed_during_its_store_write_leaves_a_run_that_push_stores(project):  # noqa: F811
+def _held_in_store_write(project, run_id: str) -> tuple[subprocess.Popen, object]:
+    """A pytest session (its own process group) started with HOLD_SAVE, once its store write is held; its folder."""
     with open(project.path / "conftest.py", "a") as conftest:
         conftest.write(HOLD_SAVE)
     store = f"sqlite:///{_store(project)}"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", "run_killed"],
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", run_id],
                             cwd=project.path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    folder = project.path / "reports" / "runs" / "run_killed"
+    folder = project.path / "reports" / "runs" / run_id
     deadline = time.monotonic() + 240
     while not _saving(folder) and proc.poll() is None and time.monotonic() < deadline:  # the store write is held
         time.sleep(0.1)
-    assert _saving(folder) and (project.path / "saving").exists()
+    if not _saving(folder):
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert _saving(folder) and (project.path / "saving").exists() and (folder / "unstored.json").is_file()
+    return proc, folder
+
+
+@pytest.mark.slow  # end to end, a killed subprocess: once in CI (-m slow)
+def test_a_session_killed_during_its_store_write_leaves_a_run_that_push_stores(project):  # noqa: F811
+    proc, folder = _held_in_store_write(project, "run_killed")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     assert json.loads((folder / "status.json").read_text())["status"] == "saving"  # never "completed" unstored
@@ -173,18 +181,9 @@ def test_a_cache_damaged_during_the_run_is_named_in_one_line(project):  # noqa: 
 def test_a_second_session_leaves_alone_the_run_a_live_session_is_storing(project):  # noqa: F811
     """Two sessions on one reports folder (e.g. two shards of a run group): the one that ends first must not
     store the other's kept copy, which is that live session's own until it commits."""
-    with open(project.path / "conftest.py", "a") as conftest:
-        conftest.write(HOLD_SAVE)
+    held, folder = _held_in_store_write(project, "run_held")
     store = f"sqlite:///{_store(project)}"
-    held = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", "run_held"],
-                            cwd=project.path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    folder = project.path / "reports" / "runs" / "run_held"
     try:
-        deadline = time.monotonic() + 240
-        while not _saving(folder) and held.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _saving(folder) and (folder / "unstored.json").is_file()
         (project.path / "conftest.py").write_text((project.path / "conftest.py").read_text().replace(HOLD_SAVE, ""))
         second = subprocess.run([sys.executable, "-m", "pytest", *ARGS, "--store", store, "--run-id", "run_other"],
                                 cwd=project.path, env=_env(), capture_output=True, text=True, timeout=300)
