@@ -32,6 +32,7 @@ from fieldeval.run import resume
 from fieldeval.run.runfiles import RunFiles, trim_report
 from fieldeval.run.session import CASE_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
+from fieldeval.store.registry import use_session_store
 
 JSON_REPORT_DEFAULT_FILE = ".report.json"
 SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
@@ -143,6 +144,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Parse the options once, set up the session, check every input, and point pytest-json-report."""
     config.addinivalue_line("markers", f"{MARKER}(benchmark): an eval item of a fieldeval benchmark")
     engine, bench_options = exit_on_usage_error(lambda: parse_options(config))
+    if engine.store and engine.store.lower() != "none":  # --model names the models registered in --store
+        use_session_store(engine.store)
     worker = is_xdist_worker(config)
     if not worker and not _only_informs(config):
         exit_on_usage_error(lambda: check_paths(config))
@@ -241,6 +244,7 @@ def pytest_configure_node(node) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Close the session; the controller removes the session folder."""
+    use_session_store(None)
     state = config.stash.get(_SESSION, None)
     if state is None:
         return

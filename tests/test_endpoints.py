@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from fieldeval import store
 from fieldeval.calls import endpoints
 from fieldeval.calls.endpoints import api_base, register_endpoints, registered_endpoints
 from fieldeval.store import open_store
+from tests.conftest import ROOT
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 
@@ -176,3 +178,18 @@ def test_models_add_refuses_a_second_endpoint_unless_replace(tmp_path, capsys):
                  "--store", url]) == 0
     with open_store(url) as opened:
         assert [m.endpoint for m in opened.list_models()] == ["http://127.0.0.1:10/v1"]
+
+
+def test_pytest_store_option_finds_the_models_registered_in_that_store(tmp_path):
+    # --model looked only in the default store, so a model registered in --store X was unknown (issue 36)
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    with open_store(url) as opened:
+        opened.add_model("only-in-x", "http://127.0.0.1:9/v1", provider="local")
+    env = {**os.environ, "FIELDEVAL_STORE": str(tmp_path / "default.db")}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "evals/test_ibf.py", f"--store={url}", "--model=only-in-x",
+                          "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+                         cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "only-in-x" in ran.stdout
+    assert not (tmp_path / "default.db").exists()

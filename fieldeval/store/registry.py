@@ -23,13 +23,26 @@ ENDPOINTS_SQL = "SELECT name, endpoint, model_id, key_env FROM models ORDER BY r
 # a store not yet migrated to step 2 has no key_env column: its endpoints take no key
 ENDPOINTS_SQL_V1 = "SELECT name, endpoint, model_id, NULL FROM models ORDER BY registered_at, model_id"
 _cache: dict[str, tuple[Any, list[Endpoint]]] = {}
+_session_store: list[str] = []  # the running pytest session's --store: llm's model lookups take no store argument
+
+
+def use_session_store(url: str | None) -> None:
+    """Read the registered models from ``url`` (a pytest session's ``--store``) until called with None.
+
+    llm's ``register_models`` hook is process-wide and takes no argument, so the plugin sets this in
+    ``pytest_configure`` and clears it in ``pytest_unconfigure``; nothing else should.
+    """
+    _session_store.clear()
+    if url is not None:
+        _session_store.append(url)
 
 
 def read_endpoints(url: str | None = None) -> list[Endpoint]:
     """``(name, endpoint, model_id, key_env)`` of every registered model, oldest first, without migrating anything.
 
     Args:
-        url: a store URL or path; None means ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db``.
+        url: a store URL or path; None means the running pytest session's ``--store`` (see
+            :func:`use_session_store`), else ``$FIELDEVAL_STORE``, else ``reports/fieldeval.db``.
 
     Returns:
         The registered endpoints; empty when the store does not exist or cannot be read.
@@ -38,7 +51,7 @@ def read_endpoints(url: str | None = None) -> list[Endpoint]:
         >>> read_endpoints("sqlite:///reports/fieldeval.db")  # doctest: +SKIP
         [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4', None)]
     """
-    url = url or default_store_url()
+    url = url or next(iter(_session_store), None) or default_store_url()
     path = sqlite_path(url)
     return _read_sqlite(path) if path is not None else _read_server(url)
 
