@@ -2,7 +2,8 @@
 
 Build it with :func:`create_app`; ``fieldeval serve`` runs it on uvicorn.
 Errors are JSON ``{"message": ...}``: 422 names the field, 400 a bad query (a page too big, a case id
-of several models), 404 the unknown run, item or model, 401 a request without the token
+of several models), 404 the unknown run, item or model, 409 a run not ready for what was asked (a compare of a
+run still queued or running), 401 a request without the token
 (:mod:`fieldeval.service.access`: only the benchmark list, the API schema and the page's assets are public).
 """
 
@@ -316,13 +317,18 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
                 base: str | None = Query(default=None, max_length=200,
                                          description="add each run's paired differences against this one")
                 ) -> dict[str, Any]:
-        """The seed's side-by-side payload of stored runs; a run that is not completed is refused (409)
-        unless ``allow_partial=true``, and then marked with its ``status``."""
+        """The seed's side-by-side payload of stored runs; a run still queued or running is refused (409), and so
+        is a stored run that is not completed unless ``allow_partial=true`` (then marked with its ``status``)."""
         ids = [part.strip() for part in run_ids.split(",") if part.strip()]
         stored = {run.run_id for run in store.list_runs()}
         for run_id in ids:
-            if run_id not in stored:
-                raise views.NotFound(f"run {run_id!r}: not a stored run; only completed runs can be compared")
+            if run_id in stored:
+                continue
+            job = jobs.get(run_id)
+            if views.is_active(job):
+                return _error(409, f"run {run_id!r} is {job.status}; wait until it is completed "
+                                   f"(GET /api/evaluations/{run_id}), then compare it")
+            raise views.NotFound(f"run {run_id!r}: not a stored run; only completed runs can be compared")
         payload = store.compare(ids, allow_partial=allow_partial)
         if base:
             if base not in ids:
