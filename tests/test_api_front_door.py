@@ -41,3 +41,30 @@ def test_compare_of_an_unfinished_run_is_409_in_one_line(service, status):
     message = answer.json()["message"]
     assert status in message and "run_0000beef" in message and "\n" not in message
     assert client.get("/api/evaluations/compare?run_ids=run_0000dead").status_code == 404  # unknown stays 404
+
+
+def save_ibf(url: str, seed: dict, **kwargs) -> None:
+    """Store an IBF run of one model, as ``pytest evals/test_ibf.py --store`` would."""
+    from tests.test_store_api import ibf_run
+
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(*ibf_run(seed, **kwargs), {"corpus_version": "ibf-v1.0"})
+
+
+def test_created_at_is_the_same_in_every_view_of_one_evaluation(service):
+    # the view switched from the job's time (the POST) to pytest's start once the run was stored
+    from tests.test_store_api import SEED_RUNS
+
+    client, url = service
+    add_job(url, SEED_RUNS[0]["run_id"], "running", created_at="2026-05-29T08:14:03Z")
+    run_id = SEED_RUNS[0]["run_id"]
+    before = client.get(f"/api/evaluations/{run_id}").json()
+    save_ibf(url, SEED_RUNS[0], started_at="2026-05-29T08:14:09Z")
+    with open_store(url, columns=declared_columns()) as store:
+        JobTable(store.engine).update(run_id, status="completed", finished_at="2026-05-29T08:27:11Z")
+    after = client.get(f"/api/evaluations/{run_id}").json()
+    again = client.get(f"/api/evaluations/{run_id}").json()
+    [listed] = [run for run in client.get("/api/evaluations").json() if run["run_id"] == run_id]
+    assert (before["status"], after["status"]) == ("running", "completed")
+    assert before["created_at"] == after["created_at"] == again["created_at"] == listed["created_at"] \
+        == "2026-05-29T08:14:03Z"

@@ -88,7 +88,10 @@ def run_view(store, jobs: JobTable, run_id: str) -> dict[str, Any]:
             model_id = job.model_id if job else None
             if model_id is None and len(run["models"]) == 1:
                 model_id = model_ids_by_name(store).get(run["models"][0])
-            return stored_view(run, model_id=model_id)
+            view = stored_view(run, model_id=model_id)
+            if job is not None:  # the run was created when it was asked for, not when pytest started it
+                view["created_at"] = job.created_at
+            return view
     if job is None:
         raise NotFound(f"run {run_id!r}: no such run or job; GET /api/evaluations lists them")
     return job_view(job)
@@ -100,6 +103,8 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
     out = []
     stored = set()
     registered = model_ids_by_name(store)
+    every_job = jobs.list()
+    asked_at = {job.run_id: job.created_at for job in every_job}
     for run in store.list_runs(benchmark=benchmark, corpus_version=corpus_version):
         stored.add(run.run_id)
         if model and model not in run.models:
@@ -109,9 +114,10 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
                     "model_id": registered.get(run.models[0]) if len(run.models) == 1 else None,
                     "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
                     "status": run.status, "total_items": run.total_items, "done": run.total_items,
-                    "created_at": run.created_at, "completed_at": run.completed_at, "legacy": run.legacy})
+                    "created_at": asked_at.get(run.run_id, run.created_at), "completed_at": run.completed_at,
+                    "legacy": run.legacy})
     every_stored = {run.run_id for run in store.list_runs()}
-    for job in jobs.list():
+    for job in every_job:
         if job.run_id in every_stored:
             continue
         if (benchmark and job.benchmark != benchmark) or (model and job.model != model) or (
