@@ -68,3 +68,48 @@ def test_created_at_is_the_same_in_every_view_of_one_evaluation(service):
     assert (before["status"], after["status"]) == ("running", "completed")
     assert before["created_at"] == after["created_at"] == again["created_at"] == listed["created_at"] \
         == "2026-05-29T08:14:03Z"
+
+
+def test_a_cli_run_of_several_benchmarks_gives_the_seed_view_of_its_ibf_part(service):
+    # `pytest evals --store` stores one run of every benchmark: model_name and benchmark came out as lists and
+    # corpus_version as an object, where the seed (and an API-made run) has strings
+    from tests.test_store_api import SEED_RUNS, ebs_run, ibf_run
+
+    client, url = service
+    seed = SEED_RUNS[0]
+    payload, rows = ibf_run(seed, items=4)
+    ebs_payload, ebs_rows = ebs_run(seed["run_id"], {"ebs-baseline": 0.5})
+    payload["benchmarks"].update(ebs_payload["benchmarks"])
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(payload, {**rows, **ebs_rows}, {"corpus_version": {"ibf": "ibf-v1.0", "ebs": "nmdc-ebs"}})
+    view = client.get(f"/api/evaluations/{seed['run_id']}").json()
+    assert (view["model_name"], view["benchmark"], view["corpus_version"]) == (seed["model_name"], "ibf", "ibf-v1.0")
+    assert view["scores"] == seed["scores"] and view["mean_dimension_score"] == seed["mean_dimension_score"]
+    assert view["total_items"] == 4  # the IBF part's items, as the seed counts them (the run holds 7)
+    assert [(e["benchmark"], e["model_name"], e["corpus_version"], e["total_items"]) for e in view["entries"]] == [
+        ("ebs", "ebs-baseline", "nmdc-ebs", 3), ("ibf", seed["model_name"], "ibf-v1.0", 4)]
+    assert "scores" not in view["entries"][0] and view["entries"][1]["scores"] == seed["scores"]
+
+
+def test_a_run_of_one_benchmark_and_model_has_one_entry_and_string_fields(service):
+    from tests.test_store_api import SEED_RUNS
+
+    client, url = service
+    save_ibf(url, SEED_RUNS[1])
+    view = client.get(f"/api/evaluations/{SEED_RUNS[1]['run_id']}").json()
+    assert (view["model_name"], view["benchmark"], view["corpus_version"], view["total_items"]) == (
+        "mistral-7b-instruct-v0.3", "ibf", "ibf-v1.0", 3)
+    [entry] = view["entries"]
+    assert entry["model_name"] == view["model_name"] and entry["scores"] == view["scores"]
+
+
+def test_a_run_of_several_models_and_no_seed_scores_names_none_at_the_top(service):
+    from tests.test_store_api import ebs_run
+
+    client, url = service
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(*ebs_run("run_0000ebs2", {"a": 0.5, "b": 0.7}), {"corpus_version": "nmdc-ebs"})
+    view = client.get("/api/evaluations/run_0000ebs2").json()
+    assert (view["model_name"], view["benchmark"], view["corpus_version"]) == (None, None, None)
+    assert view["total_items"] == 6 and "scores" not in view
+    assert [(e["benchmark"], e["model_name"]) for e in view["entries"]] == [("ebs", "a"), ("ebs", "b")]

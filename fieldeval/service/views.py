@@ -7,6 +7,7 @@ Pure functions over a :class:`~fieldeval.store.Store` and a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fieldeval.errors import UsageError
@@ -47,28 +48,53 @@ def job_view(job: Job) -> dict[str, Any]:
     }
 
 
-def stored_view(run: dict[str, Any], *, model_id: str | None = None) -> dict[str, Any]:
-    """The seed's per-run view of a stored run, with every benchmark's headline metrics and their ci95.
-
-    IBF runs of one model also carry the seed's top-level ``scores``,
-    ``mean_dimension_score`` and ``threshold_pass_rate`` (see :func:`seed_scores`).
-    """
-    models = list(run["models"])
-    versions = run["corpus_versions"]
-    view: dict[str, Any] = {
-        "run_id": run["run_id"], "model_id": model_id, "model_name": models[0] if len(models) == 1 else models,
-        "label": run["label"], "benchmark": run["benchmarks"][0] if len(run["benchmarks"]) == 1 else run["benchmarks"],
-        "corpus_version": next(iter(versions.values())) if len(versions) == 1 else versions,
-        "status": run["status"], "created_at": run["created_at"], "completed_at": run["completed_at"],
-        "total_items": run["total_items"], "legacy": run["legacy"],
-    }
+def run_entries(run: dict[str, Any], model_ids: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """One entry per (benchmark, model) of a stored run, each in the seed's per-run shape: ``benchmark``,
+    ``model_name``, ``model_id`` and ``corpus_version`` as strings (or null), ``total_items``, and for a
+    benchmark with seed scores (:func:`seed_scores`) its ``scores`` and aggregates."""
+    payload = (run.get("payload") or {}).get("benchmarks") or {}
+    entries = []
     for bench, by_model in run["metrics"].items():
         dimensions, aggregates = seed_scores(bench)
-        if dimensions and len(by_model) == 1:
-            (entry,) = by_model.values()
-            view["scores"] = {name: (entry.get(name) or {}).get("value") for name in dimensions}
-            for name in aggregates:
-                view[name] = (entry.get(name) or {}).get("value")
+        for model, metrics in by_model.items():
+            entry: dict[str, Any] = {
+                "benchmark": bench, "model_name": model, "model_id": model_ids.get(model),
+                "corpus_version": run["corpus_versions"].get(bench),
+                "total_items": (payload.get(bench, {}).get(model) or {}).get("items")}
+            if dimensions:
+                entry["scores"] = {name: (metrics.get(name) or {}).get("value") for name in dimensions}
+                entry.update({name: (metrics.get(name) or {}).get("value") for name in aggregates})
+            entries.append(entry)
+    return entries
+
+
+def stored_view(run: dict[str, Any], *, model_ids: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The seed's per-run view of a stored run, with every benchmark's headline metrics and their ci95.
+
+    ``model_name``, ``benchmark`` and ``corpus_version`` are strings, as in the seed: those of the run's
+    one (benchmark, model) entry, or of its one entry with seed scores (the IBF part of a
+    ``pytest evals --store`` run, whose ``scores``, ``mean_dimension_score``, ``threshold_pass_rate``
+    and ``total_items`` the top level then shows), else null. ``entries`` (an extension) lists every
+    (benchmark, model) of the run in that shape (:func:`run_entries`).
+    """
+    model_ids = model_ids or {}
+    entries = run_entries(run, model_ids)
+    seeded = [entry for entry in entries if "scores" in entry]
+    head = entries[0] if len(entries) == 1 else seeded[0] if len(seeded) == 1 else None
+    if head is None and not entries and len(run["benchmarks"]) == len(run["models"]) == 1:  # no metrics stored
+        (bench,), (model,) = run["benchmarks"], run["models"]
+        head = {"benchmark": bench, "model_name": model, "model_id": model_ids.get(model),
+                "corpus_version": run["corpus_versions"].get(bench)}
+    head = head or {}
+    view: dict[str, Any] = {
+        "run_id": run["run_id"], "model_id": head.get("model_id"), "model_name": head.get("model_name"),
+        "label": run["label"], "benchmark": head.get("benchmark"), "corpus_version": head.get("corpus_version"),
+        "status": run["status"], "created_at": run["created_at"], "completed_at": run["completed_at"],
+        "total_items": head["total_items"] if len(entries) > 1 and head else run["total_items"],
+        "legacy": run["legacy"],
+    }
+    view.update({key: value for key, value in head.items() if key not in view})  # the seed's scores, if any
+    view["entries"] = entries
     view["metrics"] = {
         bench: {model: {name: metrics[name] for name in run["headline"].get(bench, []) if name in metrics}
                 for model, metrics in by_model.items()}
@@ -85,10 +111,10 @@ def run_view(store, jobs: JobTable, run_id: str) -> dict[str, Any]:
         except UsageError:  # not stored: the job (if any) says why
             run = None
         if run is not None:
-            model_id = job.model_id if job else None
-            if model_id is None and len(run["models"]) == 1:
-                model_id = model_ids_by_name(store).get(run["models"][0])
-            view = stored_view(run, model_id=model_id)
+            model_ids: dict[str, str | None] = dict(model_ids_by_name(store))
+            if job is not None and job.model_id:  # the registration the job was started with
+                model_ids[job.model] = job.model_id
+            view = stored_view(run, model_ids=model_ids)
             if job is not None:  # the run was created when it was asked for, not when pytest started it
                 view["created_at"] = job.created_at
             return view
