@@ -113,3 +113,48 @@ def test_a_run_of_several_models_and_no_seed_scores_names_none_at_the_top(servic
     assert (view["model_name"], view["benchmark"], view["corpus_version"]) == (None, None, None)
     assert view["total_items"] == 6 and "scores" not in view
     assert [(e["benchmark"], e["model_name"]) for e in view["entries"]] == [("ebs", "a"), ("ebs", "b")]
+
+
+def test_estimated_seconds_come_from_the_models_measured_latency_and_the_batch_size(service):
+    # it was 1.25 s an item for every model (81 s for any IBF job), whatever the model had measured
+    from fieldeval.service.views import estimate_seconds
+    from tests.test_store_api import SEED_RUNS, ibf_run
+
+    _, url = service
+    payload, rows = ibf_run(SEED_RUNS[0], items=5)
+    for row, seconds in zip(rows["ibf"], [99.0, 1.0, 2.0, 3.0, 2.0]):
+        row["response_time_s"] = seconds  # the first is a cached answer: its time is not the model's
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(payload, rows, {"corpus_version": "ibf-v1.0"})
+        assert rows["ibf"][0]["cached"] and not rows["ibf"][1]["cached"]
+        # 65 items, 5 in flight: 13 rounds of the mean uncached latency, 2 s
+        assert estimate_seconds(store, model=SEED_RUNS[0]["model_name"], total=65, concurrency=5) == 26
+        assert estimate_seconds(store, model=SEED_RUNS[0]["model_name"], total=65, concurrency=65) == 2
+        # nothing measured: the seed's pace, 340 items in 420 s at 8 in flight (9 rounds of 420 * 8 / 340 s)
+        assert estimate_seconds(store, model="never-run", total=65, concurrency=8) == round(9 * 420 * 8 / 340)
+
+
+def test_a_jobs_batch_size_is_its_concurrency(tmp_path):
+    # the seed's batch_size is the concurrent inference requests; the job ran at pytest's default instead
+    from fieldeval.service.jobs import Job, Runner
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url, columns=declared_columns()) as store:
+        table = JobTable(store.engine)
+        add_job(url, "run_0000c0c0", "queued")
+        job: Job = table.get("run_0000c0c0")
+        runner = Runner(table, store_url=url, evals_dir=ROOT / "evals", work_dir=tmp_path)
+        assert "--concurrency=8" in runner.command(job, tmp_path / "progress.json", url)
+
+
+def test_a_model_only_answered_from_the_cache_is_estimated_at_its_cached_pace(service):
+    from fieldeval.service.views import estimate_seconds
+    from tests.test_store_api import SEED_RUNS, ibf_run
+
+    _, url = service
+    payload, rows = ibf_run(SEED_RUNS[0], items=2)
+    for row in rows["ibf"]:
+        row.update(cached=True, response_time_s=0.01)
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(payload, rows, {"corpus_version": "ibf-v1.0"})
+        assert estimate_seconds(store, model=SEED_RUNS[0]["model_name"], total=65, concurrency=8) == 1

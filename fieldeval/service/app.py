@@ -301,7 +301,7 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
                  corpus_version=body.corpus_version, label=body.label, total=total,
                  options={"batch_size": body.batch_size, "temperature": body.temperature,
                           "max_tokens": body.max_tokens})
-        estimate = views.estimate_seconds(jobs, benchmark=body.benchmark, model=model, total=total)
+        estimate = views.estimate_seconds(store, model=model, total=total, concurrency=body.batch_size)
         runner.submit(run_id)
         return {"run_id": run_id, "status": "queued", "total_items": total, "estimated_seconds": estimate}
 

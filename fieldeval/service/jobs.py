@@ -238,6 +238,8 @@ class Runner:
                f"--eval-report={progress.parent / 'reports' / 'report.json'}"]
         if job.label:
             cmd.append(f"--run-label={job.label}")
+        if (job.options or {}).get("batch_size"):  # the seed's batch_size: concurrent inference requests
+            cmd.append(f"--concurrency={int(job.options['batch_size'])}")
         return cmd + job_flags(job)
 
     def _work(self) -> None:

@@ -7,13 +7,17 @@ Pure functions over a :class:`~fieldeval.store.Store` and a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from fieldeval.errors import UsageError
 from fieldeval.service.jobs import ACTIVE, Job, JobTable
 
-DEFAULT_S_PER_ITEM = 1.25  # the seed's 340 items in about 420 s
+# Nothing measured for a model yet: the seed's example run, 340 items in about 420 s at batch_size 8,
+# is about 9.9 s an item's calls (1.24 s an item at 8 in flight).
+SEED_LATENCY_S = 420 * 8 / 340
+LATENCY_SAMPLE = 500  # the latest stored items of the model that the latency is the mean of
 
 
 class NotFound(LookupError):
@@ -157,17 +161,33 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
     return out
 
 
-def estimate_seconds(jobs: JobTable, *, benchmark: str, model: str, total: int) -> int:
-    """Seconds a job of ``total`` items should take: the pace of this model's finished jobs, else the seed's."""
-    paces = []
-    for job in jobs.list(("completed",)):
-        if job.benchmark == benchmark and job.model == model and job.total and job.started_at and job.finished_at:
-            from fieldeval.store.schema import parse_time
+def measured_latency(store, model: str) -> float | None:
+    """Mean seconds of one item's model calls for ``model``, over its latest :data:`LATENCY_SAMPLE` stored items
+    that called the model; a model only ever answered from the response cache, over its latest cached items (the
+    next run is likely answered from it too); None when the store holds no item of it."""
+    import sqlalchemy as sa
 
-            seconds = (parse_time(job.finished_at) - parse_time(job.started_at)).total_seconds()
-            paces.append(max(seconds, 1.0) / job.total)
-    pace = paces[-1] if paces else DEFAULT_S_PER_ITEM
-    return max(1, round(pace * total))
+    responses = store.tables.evaluation_responses
+    timed = sa.select(responses.c.response_time_s).where(responses.c.model == model,
+                                                         responses.c.response_time_s.is_not(None))
+    called = timed.where(sa.or_(responses.c.cached.is_(None), responses.c.cached.is_(False)))
+    with store.engine.connect() as conn:
+        for query in (called, timed):
+            latest = query.order_by(responses.c.response_id.desc()).limit(LATENCY_SAMPLE).subquery()
+            mean = conn.execute(sa.select(sa.func.avg(latest.c.response_time_s))).scalar_one_or_none()
+            if mean is not None:
+                return mean
+    return None
+
+
+def estimate_seconds(store, *, model: str, total: int, concurrency: int) -> int:
+    """Seconds a job of ``total`` items should take: ``total / concurrency`` rounds of the model's measured
+    per-item latency (:func:`measured_latency`), else of the seed's (:data:`SEED_LATENCY_S`)."""
+    latency = measured_latency(store, model)
+    if latency is None:
+        latency = SEED_LATENCY_S
+    rounds = math.ceil(total / max(1, min(concurrency, total or 1)))
+    return max(1, round(rounds * latency))
 
 
 def is_active(job: Job | None) -> bool:
