@@ -158,3 +158,22 @@ def test_a_model_only_answered_from_the_cache_is_estimated_at_its_cached_pace(se
     with open_store(url, columns=declared_columns()) as store:
         store.save_run(payload, rows, {"corpus_version": "ibf-v1.0"})
         assert estimate_seconds(store, model=SEED_RUNS[0]["model_name"], total=65, concurrency=8) == 1
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_schema_pages_load_every_script_and_style_from_the_service_itself(service, page):
+    # Swagger UI and ReDoc came from a CDN: offline, /docs was a blank page
+    import re
+
+    client, _ = service
+    answer = client.get(page, headers={"Authorization": ""})  # public, as the schema is
+    assert answer.status_code == 200
+    urls = re.findall(r"""<script[^>]*\bsrc=["']([^"']+)|<link[^>]*\bhref=["']([^"']+)""", answer.text)
+    urls = [src or href for src, href in urls]
+    assert any(url.endswith(".js") for url in urls), answer.text
+    for url in urls:
+        assert url.startswith("/") and not url.startswith("//"), f"{page} loads {url} from elsewhere"
+        fetched = client.get(url, headers={"Authorization": ""})
+        assert fetched.status_code == 200 and len(fetched.content) > 1000, url
+    for url in re.findall(r"""(?:url|src|href)\(?\s*["']?(https?://[^"')\s]+)""", answer.text):
+        pytest.fail(f"{page} still references {url}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.routing import Mount
 
 from fieldeval.service.app import create_app
 from tests.service_helpers import ROOT, Server, free_port
@@ -24,7 +25,9 @@ from tests.service_helpers import ROOT, Server, free_port
 TOKEN = "tok-route-walk"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 # the routes anyone may read: the benchmark list, the API schema and its pages, the dashboard's script
-PUBLIC = {"/api/benchmarks", "/assets/plotly.min.js", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+PUBLIC = {"/api/benchmarks", "/assets/plotly.min.js", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+          *(f"/assets/docs/{name}" for name in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js",
+                                                 "favicon.png"))}
 DEADLINE_S = 120
 
 
@@ -44,6 +47,10 @@ def _requests(app) -> list[tuple[str, str]]:
     """(method, path) for every method of every route, path parameters filled in."""
     out = []
     for route in app.routes:
+        if isinstance(route, Mount):  # static files: the public ones, and any other name under the mount
+            out += [("GET", path) for path in sorted(PUBLIC) if path.startswith(route.path + "/")]
+            out.append(("GET", f"{route.path}/run_00000000"))
+            continue
         assert hasattr(route, "methods"), f"{route!r}: a route kind this test cannot walk; teach it"
         path = re.sub(r"\{[^}]+\}", "run_00000000", route.path)
         out += [(method, path) for method in sorted(route.methods)]

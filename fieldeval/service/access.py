@@ -16,8 +16,12 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+DOCS_ASSETS = "/assets/docs"  # where /docs and /redoc load their scripts and styles from (fastapi-offline's copies)
 PUBLIC_PATHS = frozenset({"/api/benchmarks", "/assets/plotly.min.js", "/openapi.json", "/docs",
-                          "/docs/oauth2-redirect", "/redoc"})  # read-only, no run, model or endpoint in them
+                          "/docs/oauth2-redirect", "/redoc",
+                          *(f"{DOCS_ASSETS}/{name}" for name in ("swagger-ui-bundle.js", "swagger-ui.css",
+                                                                 "redoc.standalone.js", "favicon.png"))
+                          })  # read-only, no run, model or endpoint in them
 READ_METHODS = ("GET", "HEAD")
 DENIED = ("missing or wrong token; send 'Authorization: Bearer <token>' (fieldeval serve prints it and the file "
           "it keeps it in) or open the dashboard URL it printed")

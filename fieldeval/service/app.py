@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -224,8 +225,9 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
         runner.stop()
         store.close()
 
-    app = FastAPI(title="fieldeval", description="Register models, run evaluations, compare runs.",
-                  version="1", lifespan=lifespan)
+    # /docs and /redoc load Swagger UI and ReDoc from fastapi-offline's bundled copies, not a CDN
+    app = FastAPIOffline(title="fieldeval", description="Register models, run evaluations, compare runs.",
+                         version="1", lifespan=lifespan, static_url=access.DOCS_ASSETS)
     allowed_keys = dict(key_envs or {})
 
     @app.middleware("http")
