@@ -30,7 +30,7 @@ from fieldeval.run.lean import (ReportReleaser, release_deselected, release_item
                                 trim_heap)
 from fieldeval.run import resume
 from fieldeval.run.runfiles import RunFiles, trim_report
-from fieldeval.run.session import CASE_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
+from fieldeval.run.session import CASE_KEY, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
 from fieldeval.run.signals import Interrupts
 from fieldeval.store.registry import use_session_store
 
@@ -431,6 +431,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         case_id = state.case_id_of(item)
         if case_id is not None:  # the store finds the errored item by it (runs item RUN CASE_ID)
             report.user_properties.append((CASE_KEY, case_id))
+        repeated = state.repeated_case_key(item)
+        if repeated is not None:  # an errored epoch: its item counts once among the errored items
+            report.user_properties.append((EPOCH_KEY, repeated))
 
         if out_of_space(call.excinfo.value):
             state.stop_for_full_disk(item.session, full_disk_line("the run's files", call.excinfo.value))

@@ -186,6 +186,66 @@ def test_epochs_ask_each_item_k_times_cached_apart_and_a_rerun_replays_them_all(
     assert report["evals"]["cache"]["hits"] == 3 * CASES
 
 
+FLAKY = '''
+
+class FakeFlaky(FakeA):
+    """Cases 0-3 fail their first call only, case 9 every call: 4 + 3 errored epochs, 5 items with one."""
+    model_id = "fake-flaky"
+
+    def execute(self, prompt, stream, response, conversation):
+        import os
+
+        n = int(re.search(r"USA: Site([0-9]+)", prompt.prompt).group(1))
+        if n == 9:
+            raise RuntimeError("always down")
+        if n < 4:
+            try:  # the first of the case's calls, whichever epoch the pool sent first
+                os.close(os.open(f"failed-{n}", os.O_CREAT | os.O_EXCL))
+                raise RuntimeError("flaky")
+            except FileExistsError:
+                pass
+        yield "cropland biome [ENVO:01000245]"
+
+
+class FlakyPlugin:
+    @llm.hookimpl
+    def register_models(self, register):
+        register(FakeFlaky())
+
+
+llm.plugins.pm.register(FlakyPlugin(), name="fake-flaky-plugin")
+'''
+
+
+def test_errored_epochs_count_once_per_item_in_the_report_the_gate_and_the_store(project):
+    # issue 35: 10 items x 3 epochs with errored epochs reported 16 items planned, each errored epoch an item
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suite = _suite()
+    suite["cases"] = suite["cases"][:10]
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    project.makeconftest(FAKES + FLAKY)
+    store = project.path / "runs.db"
+    result, report, _ = _run(project, "--model", "fake-flaky", "--temperature", "0.7", "--epochs", "3",
+                             "--store", str(store), "--max-errors", "5")
+    assert result.ret == 0, result.stdout.str()[-3000:]  # 5 errored items, 5 allowed
+    entry = report["evals"]["benchmarks"]["ebs"]["fake-flaky-t0.7"]
+    assert {k: entry[k] for k in ("planned", "items", "scored", "errors")} == {
+        "planned": 10, "items": 10, "scored": 9, "errors": 5}
+    result.stdout.fnmatch_lines(["*fieldeval errors: ebs fake-flaky-t0.7: 7 epoch(s) of 5 item(s) failed*"])
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    out = subprocess.run([str(fieldeval), "runs", "list", "--store", str(store), "--json"],
+                         capture_output=True, text=True, cwd=project.path, check=True)
+    (run,) = json.loads(out.stdout)
+    assert (run["items_planned"], run["items_done"], run["items_errored"]) == (10, 10, 5)
+    # again, without --max-errors: cases 0-3 replay from the cache, case 9's three epochs fail, one item
+    result = project.runpytest_subprocess(*ARGS, "--model", "fake-flaky", "--temperature", "0.7", "--epochs", "3")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*the run is partial: 1 of 10 planned items errored or missing*"])
+
+
 def test_epochs_at_temperature_0_say_so_in_one_line_and_run_once(project):
     result, report, calls = _run(project, "--model", "fake-a", "--epochs", "3")
     assert result.ret == 0

@@ -9,7 +9,7 @@ however they were spread over processes or machines.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -49,8 +49,13 @@ def case_key(row: Mapping[str, Any]) -> str:
 
 def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[str, str], int], *,
                       seed: int, resamples: int, cluster_by: str = "benchmark",
-                      planned: Mapping[tuple[str, str], int] | None = None) -> dict[str, dict[str, dict]]:
+                      planned: Mapping[tuple[str, str], int] | None = None,
+                      errored_epochs: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+                      ) -> dict[str, dict[str, dict]]:
     """``{bench: {model: entry}}``: each benchmark's ``aggregate`` plus planned, scored, errors and totals.
+
+    An item asked K times (``--epochs``) counts once: in ``items`` and ``planned`` whatever its epochs did, in
+    ``scored`` when any epoch scored, in ``errors`` when any epoch errored.
 
     Args:
         rows: the recorded rows by benchmark, in any order (each has ``model`` and ``nodeid``).
@@ -58,7 +63,9 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
         seed: the bootstrap seed.
         resamples: the bootstrap resamples.
         cluster_by: ``benchmark``: intervals resample the clusters the rows carry; ``none``: items.
-        planned: items planned by (benchmark, model); default: the scored and errored ones.
+        planned: items planned by (benchmark, model), each epoch of a repeated item one; default: the scored and
+            errored ones.
+        errored_epochs: the errored epochs of repeated items by (benchmark, model), counted by the item's case key.
 
     Returns:
         The entries, benchmarks and models sorted by name.
@@ -79,10 +86,16 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
             scored_rows = without_clusters(model_rows) if cluster_by == "none" else model_rows
             bench = get_benchmark(name)
             entry = bench.aggregate(scored_rows, seed=seed, resamples=resamples)
-            entry["items"] = len(model_rows) + errors.get((name, model), 0)
-            entry["errors"] = errors.get((name, model), 0)
+            repeated = Counter((errored_epochs or {}).get((name, model)) or {})
+            samples = Counter({case_key(row): int(row.get("epochs") or 1) for row in model_rows}) + repeated
+            if repeated:  # an item counts once, whichever of its epochs errored
+                entry["items"] = len(samples)
+                entry["errors"] = len(repeated)
+            else:
+                entry["items"] = len(model_rows) + errors.get((name, model), 0)
+                entry["errors"] = errors.get((name, model), 0)
             entry["scored"] = len(model_rows)
-            repeats = len(epoch_rows) / len(model_rows) if model_rows and len(epoch_rows) > len(model_rows) else 1
+            repeats = max(samples.values()) if epoch_rows is not model_rows or repeated else 1  # K epochs per item
             entry["planned"] = max(round((planned or {}).get((name, model), 0) / repeats), entry["items"])
             entry["totals"] = model_totals(epoch_rows)
             if epoch_rows is not model_rows:

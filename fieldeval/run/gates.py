@@ -75,9 +75,12 @@ def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
     """A failed ``errors`` gate for a partial run (some planned items errored) unless ``max_errors`` allows it."""
     if status != "partial":
         return []
-    planned = sum(int(entry.get("planned") or 0) for models in out.values() for entry in models.values())
-    scored = sum(int(entry.get("scored") or 0) for models in out.values() for entry in models.values())
-    errors = planned - scored  # errored, and (in a merge) missing
+    planned = errors = 0
+    for entry in (entry for models in out.values() for entry in models.values()):
+        errored, scored, wanted = (int(entry.get(k) or 0) for k in ("errors", "scored", "planned"))
+        items = int(entry.get("items", scored + errored) or 0)  # a repeated item once, scored and errored or not
+        planned += wanted
+        errors += errored + wanted - items  # errored, and (in a merge) missing
     if max_errors is not None and errors <= max_errors:
         return []
     allowed = max_errors or 0

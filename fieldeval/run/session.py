@@ -46,6 +46,7 @@ ROW_KEY = "fieldeval.row"
 ITEM_KEY = "fieldeval.item"
 ERROR_KEY = "fieldeval.error"
 CASE_KEY = "fieldeval.case_id"  # an errored item's case id (a scored item records its own in its row)
+EPOCH_KEY = "fieldeval.epoch_of"  # an errored epoch's item: the case key its scored epochs' rows record
 MARKER = "fieldeval"
 TTY_REDRAW_S = 0.5
 LOG_LINE_S = 10.0
@@ -80,6 +81,7 @@ class EvalSession:
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
         self.errors: Counter[tuple[str, str]] = Counter()
+        self.errored_epochs: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)  # by the repeated item's case
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
         self.status = "running"
@@ -377,6 +379,14 @@ class EvalSession:
         found = getattr(case, "case_id", None) or getattr(case, "id", None)
         return None if found is None else str(found)
 
+    def repeated_case_key(self, item: pytest.Item) -> str | None:
+        """The case key of an epoch of a repeated item (``--epochs``), None for an item asked once."""
+        combination = item.callspec.params.get("model") if hasattr(item, "callspec") else None
+        case = self.case_of(item)
+        if getattr(combination, "epoch", None) is None or case is None:
+            return None
+        return str(case.test_id)
+
     def case_of(self, item: pytest.Item) -> Any | None:
         """The case of an eval item (its parameter is the case's position in the benchmark's cases)."""
         callspec = getattr(item, "callspec", None)
@@ -573,6 +583,8 @@ class EvalSession:
             self._count_failure()
         if errored:
             self.errors[key] += 1
+            if EPOCH_KEY in props:
+                self.errored_epochs[key][props[EPOCH_KEY]] += 1
             error = json.loads(props[ERROR_KEY]) if ERROR_KEY in props else {"kind": "error", "detail": report.when}
             self.error_details[key][error["detail"]] += 1
             self._announce_permanent(item["model"], error)
@@ -674,7 +686,9 @@ class EvalSession:
         lines = []
         for (bench, model), count in sorted(self.errors.items()):
             reasons = "; ".join(f"{detail} (x{n})" for detail, n in self.error_details[(bench, model)].most_common(2))
-            lines.append(f"fieldeval errors: {bench} {model}: {count} item(s) failed: {reasons}")
+            repeated = self.errored_epochs.get((bench, model))
+            failed = f"{count} epoch(s) of {len(repeated)} item(s)" if repeated else f"{count} item(s)"
+            lines.append(f"fieldeval errors: {bench} {model}: {failed} failed: {reasons}")
         for model, count in sorted(self.skipped_after_permanent.items()):
             lines.append(f"fieldeval: {model}: {count} item(s) skipped after its permanent failure, "
                          "no call made (counted as errors)")
@@ -688,7 +702,8 @@ class EvalSession:
             return self._payload
         versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
         out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples,
-                                cluster_by=self.options.cluster_by, planned=self.progress.planned)
+                                cluster_by=self.options.cluster_by, planned=self.progress.planned,
+                                errored_epochs=self.errored_epochs)
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
         hits = sum(entry["totals"]["cached_items"] for entries in out.values() for entry in entries.values())
         gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}))
@@ -737,7 +752,9 @@ class EvalSession:
     def errors_allowed(self) -> bool:
         """Whether ``--max-errors`` lets this run's errored items pass (so only the gates judge it)."""
         allowed = self.options.max_errors
-        return allowed is not None and sum(self.errors.values()) <= allowed
+        errored = sum(len(self.errored_epochs[key]) if self.errored_epochs.get(key) else count
+                      for key, count in self.errors.items())  # a repeated item once, however many epochs errored
+        return allowed is not None and errored <= allowed
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_modifyreport(self, json_report: dict) -> None:
@@ -779,6 +796,30 @@ class EvalSession:
 
         url = self.options.store or default_store_url(self.config.rootpath)
         return None if url.lower() == "none" else url
+
+    def epochs_of(self, key: tuple[str, str]) -> int:
+        """How many times each item of (benchmark, combination) is asked: ``--epochs`` K, else 1."""
+        bench, model = key
+        if not self.options.designed or bench not in self.selected:
+            return 1
+        return max(1, sum(1 for cell in self.design(bench) if str(cell) == model))
+
+    def item_counts(self) -> dict[str, int]:
+        """The stored run's ``items_planned``, ``items_done`` and ``items_errored``: an item asked K times
+        (``--epochs``) counts once, as its report entry counts it."""
+        entries = {(bench, model): entry for bench, models in self.payload()["benchmarks"].items()
+                   for model, entry in models.items()}
+        counts = dict.fromkeys(("items_planned", "items_done", "items_errored"), 0)
+        for key in {*self.progress.planned, *self.progress.done}:
+            k, entry = self.epochs_of(key), entries.get(key)
+            if k > 1 and entry is not None:
+                found = (entry["planned"], entry["items"], entry["errors"])
+            else:
+                found = (round(self.progress.planned.get(key, 0) / k), self.progress.done.get(key, 0),
+                         self.progress.errors.get(key, 0))
+            for name, n in zip(counts, found):
+                counts[name] += n
+        return counts
 
     def run_status(self, exitstatus: int) -> str:
         """``completed`` only when every planned item was scored and pytest ended normally; ``partial`` when
@@ -845,9 +886,7 @@ class EvalSession:
                 "status": self.status if self.status != "running" else self.run_status(exitstatus),
                 "completed_at": self.completed_at or _now(),
                 **run_group_meta(self),
-                "items_planned": sum(self.progress.planned.values()),
-                "items_done": sum(self.progress.done.values()),
-                "items_errored": sum(self.progress.errors.values()),
+                **self.item_counts(),
                 "errors": self.failed_items,
             }
             rows = {name: self.sorted_rows(name) for name in self.rows}
@@ -885,7 +924,9 @@ class EvalSession:
         """What a kept run's metrics are recomputed from besides its rows (``runs push`` checks them)."""
         return {"seed": self.options.seed, "resamples": self.options.resamples, "cluster_by": self.options.cluster_by,
                 "errors": [[b, str(m), n] for (b, m), n in self.errors.items()],
-                "planned": [[b, str(m), n] for (b, m), n in self.progress.planned.items()]}
+                "planned": [[b, str(m), n] for (b, m), n in self.progress.planned.items()],
+                "errored_epochs": [[b, str(m), case, n] for (b, m), cases in self.errored_epochs.items()
+                                   for case, n in cases.items()]}
 
     def _kept_line(self, kept: Path, url: str, reason: str | None, error: Exception | None = None) -> str:
         """The one line saying the run was not stored and where it is kept, with the command that stores it."""

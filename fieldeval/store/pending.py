@@ -159,10 +159,17 @@ def verify(run: UnstoredRun) -> None:
         def counter(pairs: Any) -> dict[tuple[str, str], int]:
             return {(str(b), str(m)): int(n) for b, m, n in pairs or []}
 
+        def epochs(quads: Any) -> dict[tuple[str, str], dict[str, int]]:
+            found: dict[tuple[str, str], dict[str, int]] = {}
+            for b, m, case, n in quads or []:
+                found.setdefault((str(b), str(m)), {})[str(case)] = int(n)
+            return found
+
         again = benchmark_entries(run.rows, counter(recompute.get("errors")), seed=int(recompute["seed"]),
                                   resamples=int(recompute["resamples"]),
                                   cluster_by=str(recompute.get("cluster_by") or "benchmark"),
-                                  planned=counter(recompute.get("planned")) or None)
+                                  planned=counter(recompute.get("planned")) or None,
+                                  errored_epochs=epochs(recompute.get("errored_epochs")))
         if digest_of(again) != digest["metrics"]:
             raise UsageError(f"{where}: its metrics are not what its rows give (recomputed as a session's end "
                              "does); it is not stored")
