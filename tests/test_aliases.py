@@ -1,12 +1,16 @@
-"""A model asked for by an alias is priced and limited as the model id the alias names."""
+"""A model asked for by an alias is priced, limited and gated as the model id the alias names."""
 
 from __future__ import annotations
+
+import json
 
 import llm
 import pytest
 
 from fieldeval import ModelClient
 from fieldeval.calls.limits import CallLimits, ModelLimits
+
+pytest_plugins = ["pytester"]
 
 
 class Priced(llm.Model):
@@ -51,3 +55,27 @@ def test_the_alias_takes_its_models_own_limit(priced):
     client = ModelClient(prices=PRICES, cache_mode="off", limits=limits)
     client.complete("fpm", "question")
     assert set(limits._slots) == {None, "fake-priced-model"}  # the model's own one slot, shared with its id
+
+GATES = '''
+[tool.fieldeval.thresholds."*"]
+"ebs.ontology_score" = 0.1
+
+[tool.fieldeval.thresholds."fake-ebs"]
+"ebs.ontology_score" = 0.9
+'''
+
+
+@pytest.mark.parametrize("asked", ["fake-ebs", "febs"])
+def test_the_alias_is_gated_by_its_models_own_thresholds(pytester, asked):
+    # issue 35: `--model febs` was gated by the "*" default, not by its model id's own table
+    from tests.ebs_project import ARGS, FAKE_CONFTEST, make_project
+
+    project = make_project(pytester)
+    project.makeconftest(FAKE_CONFTEST.replace("register(Fake())", 'register(Fake(), aliases=("febs",))'))
+    (project.path / "pyproject.toml").write_text(GATES)
+    args = [asked if arg == "fake-ebs" else arg for arg in ARGS]
+    result = project.runpytest_subprocess(*args, "--store", "none", "--max-errors", "1")
+    report = json.loads((project.path / "reports" / "report.json").read_text())
+    gates = [(g["model"], g["threshold"], g["passed"]) for g in report["evals"]["gates"] if g["metric"] != "errors"]
+    assert gates == [(asked, 0.9, False)]  # ontology_score (1 + 0.95 + 0) / 3 is under the model's own 0.9
+    assert result.ret == 1

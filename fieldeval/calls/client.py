@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -132,6 +132,22 @@ def resolve_model(model_id: str, *, flag: str = "--model"):
             f"{flag} {model_id!r} is not a known llm model; run `llm models` to list them "
             "or install the llm plugin that provides it"
         ) from None
+
+
+def model_ids(names: Iterable[str]) -> dict[str, str]:
+    """The model id each name that is an llm alias names (``4o-mini``: ``gpt-4o-mini``); ids and unknown names
+    are left out."""
+    import llm
+
+    found = {}
+    for name in names:
+        try:
+            model_id = llm.get_model(name).model_id
+        except llm.UnknownModelError:
+            continue
+        if model_id != name:
+            found[name] = model_id
+    return found
 
 
 def model_options(model, **wanted: Any) -> dict[str, Any]:

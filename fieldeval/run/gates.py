@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fieldeval.benchmark import Benchmark, benchmarks
 from fieldeval.errors import UsageError
@@ -36,19 +36,26 @@ def get_benchmark_for_gate(gate: Gate) -> Benchmark:
     return known[gate.bench]
 
 
-def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str]) -> list[dict]:
+def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str],
+                 model_ids: Mapping[str, str] | None = None) -> list[dict]:
     """One result per gate and model of the payload's benchmarks (``out``).
 
     A gate on a benchmark of this run (``ran``) that scored nothing fails with a ``reason``
     instead of a value; gates on benchmarks the run did not include, and gates of models the
-    run did not evaluate, are left out.
+    run did not evaluate, are left out. A model asked for by an alias (``model_ids``: alias to
+    model id) is gated as its model id, unless a gate names the alias itself.
     """
+    named = {gate.model for gate in gates if gate.model is not None}
+
+    def gated_as(model: str) -> str:
+        return model if model in named else (model_ids or {}).get(model, model)
+
     results = []
     for gate in gates:
         if gate.bench not in ran:
             continue
         name = f"{gate.bench}.{gate.metric}"
-        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.applies_to(m)}
+        entries = {m: e for m, e in out.get(gate.bench, {}).items() if gate.applies_to(gated_as(m))}
         if not entries and (gate.model is not None or out.get(gate.bench)):
             continue  # a gate of another model (e.g. a baseline's floor), or a default every model here overrides
         if not entries:

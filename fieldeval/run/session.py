@@ -26,7 +26,7 @@ import pytest
 import fieldeval.store.pending  # noqa: F401  (imported here, never first in the store's thread: a module that
 import fieldeval.store.url  # noqa: F401  pytest rewrites, parsed in two threads at once, trips CPython 3.11's parser)
 from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
-from fieldeval.calls.client import ModelClient, resolve_model
+from fieldeval.calls.client import ModelClient, model_ids, resolve_model
 from fieldeval.run.entries import benchmark_entries
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.calls.failures import failure_class
@@ -706,7 +706,8 @@ class EvalSession:
                                 errored_epochs=self.errored_epochs)
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
         hits = sum(entry["totals"]["cached_items"] for entries in out.values() for entry in entries.values())
-        gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}))
+        gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}),
+                             model_ids=model_ids({model for models in out.values() for model in models}))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,

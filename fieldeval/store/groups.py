@@ -218,6 +218,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         'run_5d0c9e1a'
     """
     from fieldeval.run.entries import benchmark_entries, by_nodeid
+    from fieldeval.calls.client import model_ids
     from fieldeval.run.gates import gate_results
     from fieldeval.run.session import check_gate
     from fieldeval.settings import load_thresholds
@@ -255,7 +256,8 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         "cache": {"mode": _shared([(s.payload.get("cache") or {}).get("mode") for s in shards]),
                   "hits": sum(1 for r in all_rows if r.get("cached")),
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
-        "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries)),
+        "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries),
+                              model_ids=model_ids({model for models in entries.values() for model in models})),
         "run_group": {"name": name, "shards": [s.run_id for s in shards], "rows": "shards"},
         "status": "partial" if partial else "completed",
     }
