@@ -224,3 +224,27 @@ def test_a_baselines_floor_does_not_gate_a_model_under_evaluation():
     assert gate_results(gates, {"ebs": {"gpt-4o-mini": entry}}, on="point", ran=["ebs"]) == []
     [result] = gate_results(gates, {"ebs": {"ebs-baseline": entry}}, on="point", ran=["ebs"])
     assert (result["model"], result["passed"]) == ("ebs-baseline", False)
+
+
+def test_the_report_and_runs_show_give_one_run_the_same_totals_and_the_store_keeps_them_whole(project):
+    # issue 35: the report rounded totals to 6 places and the store to 10, so one run had two costs
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project.path.joinpath("prices.yaml").write_text("fake-ebs: {input_per_mtok: 0.15, output_per_mtok: 0.6}\n")
+    store = project.path / "runs.db"
+    _, report = run(project, "--prices", "prices.yaml", "--store", str(store), "--run-id", "run_costs",
+                    "--max-errors", "1")
+    reported = report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"]
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    out = subprocess.run([str(fieldeval), "runs", "show", "run_costs", "--store", str(store), "--json"],
+                         capture_output=True, text=True, cwd=project.path, check=True)
+    shown = json.loads(out.stdout)["totals"]["fake-ebs"]
+    cost = 3 * (100 * 0.15 + 7 * 0.6) / 1e6  # three answered items: 5.76e-05 USD
+    assert reported["est_cost_usd"] == shown["est_cost_usd"] == round(cost, 6)
+    for key in ("prompt_tokens", "completion_tokens", "response_time_s"):
+        assert reported[key] == shown[key], key
+    (kept,) = sqlite3.connect(store).execute("SELECT totals FROM evaluations").fetchone()
+    assert json.loads(kept)["fake-ebs"]["est_cost_usd"] == pytest.approx(cost, rel=1e-12)  # full precision

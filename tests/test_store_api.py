@@ -529,7 +529,10 @@ def test_a_stage_that_does_not_hold_the_rows_or_cannot_write_is_not_used(store, 
 
 
 def _totals_a_row_at_a_time(rows_by_benchmark: dict) -> dict:
-    """A run's totals per model, the obvious way: every row in turn, time and cost rounded at each row."""
+    """A run's totals per model, the obvious way: every row in turn, time and cost added as exact fractions and
+    kept in full precision (the nearest float to the exact sum)."""
+    from fractions import Fraction
+
     totals: dict = {}
     for rows in rows_by_benchmark.values():
         for row in rows:
@@ -543,10 +546,13 @@ def _totals_a_row_at_a_time(rows_by_benchmark: dict) -> dict:
                 total[key] += 0 if value is None or isinstance(value, str) else int(round(float(value)))
             seconds = row.get("response_time_s")
             seconds = 0 if seconds is None or isinstance(seconds, str) else float(seconds)
-            total["response_time_s"] = round(total["response_time_s"] + seconds, 6)
+            total["response_time_s"] = Fraction(total["response_time_s"]) + Fraction(seconds)
             cost = row.get("est_cost_usd")
             if cost is not None and not isinstance(cost, str):
-                total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + float(cost), 10)
+                total["est_cost_usd"] = Fraction(total["est_cost_usd"] or 0) + Fraction(float(cost))
+    for total in totals.values():
+        for key in ("response_time_s", "est_cost_usd"):
+            total[key] = None if total[key] is None else float(total[key])
     return totals
 
 
@@ -563,7 +569,7 @@ _TOTAL_ROWS = st.lists(st.fixed_dictionaries({}, optional=_TOTAL_VALUES), max_si
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.dictionaries(st.sampled_from(["ebs", "ibf", "microbiorel"]), _TOTAL_ROWS, max_size=3))
-def test_a_runs_stored_totals_are_every_rows_summed_in_turn(rows_by_benchmark):
+def test_a_runs_stored_totals_are_every_rows_summed_exactly(rows_by_benchmark):
     from fieldeval.store.payload import _totals
 
     # a few models interleaved, rows missing fields, numbers as text, floats for tokens: as summed row by row

@@ -180,9 +180,14 @@ def _headline(benchmark: str, entry_models: Mapping[str, Mapping[str, Any]]) -> 
 
 
 def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Items, tokens, cost, time and cache hits per model, over every benchmark: time and cost summed in row
-    order, rounded at each row (to 6 and 10 decimals)."""
+    """Items, tokens, cost, time and cache hits per model, over every benchmark: time and cost summed exactly
+    (:func:`~fieldeval.run.totals.summed`), kept in full precision; a view rounds them as the report does
+    (:func:`~fieldeval.run.totals.shown`)."""
+    from fieldeval.run.totals import summed
+
     totals: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, list[float]] = {}
+    costs: dict[str, list[float]] = {}
     for rows in rows_by_benchmark.values():
         for model, group in _by_model(rows).items():
             total = totals.setdefault(model, {
@@ -192,16 +197,11 @@ def _totals(rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> dic
             total["cached"] += sum(map(bool, column(group, "cached")))
             for key in ("prompt_tokens", "completion_tokens"):
                 total[key] += sum(integer(value) or 0 for value in column(group, key))
-            seconds, values = total["response_time_s"], column(group, "response_time_s")
-            if set(map(type, values)) != {float}:
-                values = [number(value) or 0 for value in values]
-            for value in values:
-                seconds = round(seconds + value, 6)
-            total["response_time_s"] = seconds
-            for value in column(group, "est_cost_usd"):
-                cost = number(value)
-                if cost is not None:
-                    total["est_cost_usd"] = round((total["est_cost_usd"] or 0.0) + cost, 10)
+            seconds.setdefault(model, []).extend(number(value) or 0.0 for value in column(group, "response_time_s"))
+            costs.setdefault(model, []).extend(number(value) for value in column(group, "est_cost_usd"))
+    for model, total in totals.items():
+        total["response_time_s"] = summed(seconds[model]) or 0.0
+        total["est_cost_usd"] = summed(costs[model])
     return totals
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
+from fieldeval.run.totals import shown
 from fieldeval.store.payload import JSON_TEXT, FlatRun, flatten_run, metric_entries
 from fieldeval.store.schema import Tables, iso
 
@@ -353,6 +354,8 @@ class RunStore:
                     if name in metrics.get(bench, {}).get(model, {}):
                         metrics[bench][model][name]["n_clusters"] = value.get("n_clusters")
         run["metrics"] = metrics
+        if run.get("totals"):  # kept in full precision, shown as the report shows it
+            run["totals"] = {model: shown(total) for model, total in run["totals"].items()}
         return run
 
     def responses(self, run_id: str, *, benchmark: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
