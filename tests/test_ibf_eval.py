@@ -144,8 +144,10 @@ def test_judge_model_end_to_end_counts_unscored(eval_dir):
     entry = ibf["ibf-floor"]
     assert entry["scorer"] == {"judge:pytester-judge": 4}
     assert entry["unscored"]["hazard_recognition"] == 2 and entry["unscored"]["impact_reasoning"] == 1
-    # the first four corpus items share one hazard (one cluster): no interval can be drawn from one cluster
-    assert entry["hazard_recognition"] == {"value": 4.0, "ci95": [None, None], "n": 2, "n_clusters": 1}
+    # the first four corpus items share one hazard (one cluster): no interval over new hazards can be drawn from one
+    # cluster; over more items of that hazard, two items both graded 4 give 4 to 4
+    assert entry["hazard_recognition"] == {"value": 4.0, "ci95": [None, None], "ci95_within": [4.0, 4.0], "n": 2,
+                                           "n_clusters": 1}
     assert entry["impact_reasoning"]["value"] == 2.0 and entry["impact_reasoning"]["n"] == 3
     assert entry["threshold_pass_rate"]["n"] == 2 and entry["threshold_pass_rate"]["value"] == 0.0
     assert entry["mean_dimension_score"]["value"] == pytest.approx((4 + 2 + 1 + 3 + 2) / 5, abs=0.05)

@@ -1,9 +1,11 @@
-"""Honest intervals: the cluster bootstrap's coverage by simulation, and cross-checks against independent code.
+"""Honest intervals: coverage by simulation at the suite's real designs, and cross-checks against independent code.
 
-The coverage simulation draws evals from a super-population with known cluster
-effects (about 100 items in 10 clusters) and counts how often the 95% interval
-covers the truth, for a mean, weighted F1 and a paired difference; the item-level
-bootstrap on the same draws falls short, so the test can fail.
+The coverage simulation draws evals from a super-population with known study effects
+and counts how often the 95% interval covers the truth, for a mean, weighted F1 and a
+paired difference, at two designs: the EBS suite's 6 studies of 73, 10, 10, 5, 1 and 1
+cases, and 10 equal clusters. Scores lie in [0, 1]: a study effect, item noise on top.
+The plain cluster bootstrap and the item bootstrap on the same draws fall short, so the
+test fails when either is swapped back in.
 """
 
 from __future__ import annotations
@@ -26,70 +28,103 @@ from fieldeval.stats import (
 from scorers.ibf import mds_batch, mds_weights
 from scorers.microbiorel import encode_labels, weighted_f1_batch, weighted_f1_weights
 
-SIMULATIONS = 2000
-CLUSTERS = 10
+SIMULATIONS = 500  # per design and spread
 RESAMPLES = 500
 N_CLASSES = 3
+DESIGNS = {"ebs": (73, 10, 10, 5, 1, 1), "balanced": (10,) * 10}
+SPREADS = (0.25, 0.5, 1.0)  # the between-study standard deviation, on the logit scale
 
 
 def _expit(x: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-x))
 
 
-def _draw(rng: np.random.Generator, clusters: int) -> tuple[np.ndarray, ...]:
-    """One eval: clusters of 6-14 items; a shared cluster difficulty for both models, and a cluster-level
-    shift of model B's; per-cluster class mixes for F1."""
-    sizes = rng.integers(6, 15, size=clusters)
-    difficulty = rng.normal(0, 1.0, clusters)
-    shift = rng.normal(0, 1.0, clusters)
-    cluster = np.repeat(np.arange(clusters), sizes)
-    noise = rng.normal(0, 0.5, cluster.size)
-    a = (rng.random(cluster.size) < _expit(0.8 + difficulty[cluster] + noise)).astype(float)
-    b = (rng.random(cluster.size) < _expit(1.0 + difficulty[cluster] + shift[cluster] + noise)).astype(float)
-    mix = rng.dirichlet(np.ones(N_CLASSES), clusters)
+def _draw(rng: np.random.Generator, sizes, spread: float) -> tuple[np.ndarray, ...]:
+    """One eval: studies of ``sizes``; a study difficulty shared by both models and a study-level shift of
+    model B's; continuous scores in [0, 1] with item noise; per-study class mixes and right answers for F1."""
+    sizes = np.asarray(sizes)
+    cluster = np.repeat(np.arange(sizes.size), sizes)
+    difficulty, shift = rng.normal(0, spread, sizes.size), rng.normal(0, spread, sizes.size)
+    noise = rng.normal(0, 1.0, cluster.size)
+    a = _expit(1.0 + difficulty[cluster] + noise)
+    b = _expit(1.2 + difficulty[cluster] + shift[cluster] + noise)
+    right = rng.random(cluster.size) < _expit(1.0 + difficulty[cluster] + 0.5 * noise)
+    mix = rng.dirichlet(np.ones(N_CLASSES) * 2, sizes.size)
     gold = (rng.random(cluster.size)[:, None] > np.cumsum(mix[cluster], axis=1)).sum(axis=1)
-    pred = np.where(a == 1, gold, (gold + 1 + rng.integers(0, N_CLASSES - 1, cluster.size)) % N_CLASSES)
-    return cluster, a, b, np.stack([gold, pred], axis=1)
+    pred = np.where(right, gold, (gold + 1 + rng.integers(0, N_CLASSES - 1, cluster.size)) % N_CLASSES)
+    return cluster, a, b, np.stack([gold, pred], axis=1), right.astype(float)
 
 
 def _f1(codes: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return weighted_f1_weights(codes, weights, n_classes=N_CLASSES)
 
 
+def _truth(sizes, spread: float) -> dict[str, float]:
+    """The super-population's values: 60,000 studies in the design's proportions (about 10^6 items)."""
+    _, a, b, codes, _ = _draw(np.random.default_rng(99), [sizes[i % len(sizes)] for i in range(60_000)], spread)
+    return {"mean": a.mean(), "difference": b.mean() - a.mean(),
+            "weighted_f1": float(_f1(codes, np.ones((1, len(codes))))[0])}
+
+
+def _plain_cluster_bootstrap(statistic, n: int, design: Design, seed: int) -> tuple[float, float]:
+    """The percentile interval of the cluster bootstrap, unwidened: the method that falls short."""
+    boot = np.concatenate([statistic(w) for w in design.weight_blocks(n, resamples=RESAMPLES, seed=seed)])
+    return tuple(np.percentile(boot[~np.isnan(boot)], [2.5, 97.5]))
+
+
 @pytest.fixture(scope="module")
 def coverage() -> dict[str, float]:
-    """Share of simulated evals whose ci95 covers the super-population's value, clustered and item-level."""
-    population = _draw(np.random.default_rng(99), 100_000)  # ~1M items: the truth, to about 1e-3
-    _, pop_a, pop_b, pop_codes = population
-    truth = {"mean": pop_a.mean(), "difference": pop_b.mean() - pop_a.mean(),
-             "weighted_f1": float(_f1(pop_codes, np.ones((1, len(pop_codes))))[0])}
-    rng = np.random.default_rng(20261201)
-    hits = {f"{name}/{how}": 0 for name in truth for how in ("clustered", "items")}
-    for sim in range(SIMULATIONS):
-        cluster, a, b, codes = _draw(rng, CLUSTERS)
-        every = np.ones(cluster.size, dtype=bool)
-        for how, design in (("clustered", Design(tuple(cluster))), ("items", Design())):
-            found = {
-                "mean": estimate(Estimator(a, weighted_mean, every), design, seed=sim, resamples=RESAMPLES),
-                "weighted_f1": estimate(Estimator(codes, _f1, every, (0.0, 1.0)), design, seed=sim,
-                                        resamples=RESAMPLES),
-                "difference": paired_difference(Estimator(a, weighted_mean, every), Estimator(b, weighted_mean, every),
-                                                design, seed=sim, resamples=RESAMPLES),
-            }
-            for name, metric in found.items():
-                lo, hi = metric["ci95"]
-                hits[f"{name}/{how}"] += lo <= truth[name] <= hi
+    """Share of simulated evals whose ci95 covers the truth, by ``design/spread/metric/method``."""
+    hits: dict[str, int] = {}
+    for name, sizes in DESIGNS.items():
+        for spread in SPREADS:
+            truth = _truth(sizes, spread)
+            rng = np.random.default_rng(20261203)
+            for sim in range(SIMULATIONS):
+                cluster, a, b, codes, right = _draw(rng, sizes, spread)
+                every = np.ones(cluster.size, dtype=bool)
+                est_a, est_b = Estimator.mean(a.tolist(), (0.0, 1.0)), Estimator.mean(b.tolist(), (0.0, 1.0))
+                est_f1 = Estimator(codes, _f1, every, (0.0, 1.0))
+                clustered = Design(tuple(cluster))
+                found = {"ours": {"mean": estimate(est_a, clustered, seed=sim, resamples=RESAMPLES)["ci95"],
+                                  "weighted_f1": estimate(est_f1, clustered, seed=sim, resamples=RESAMPLES)["ci95"],
+                                  "difference": paired_difference(est_a, est_b, clustered, seed=sim,
+                                                                  resamples=RESAMPLES)["ci95"]},
+                         "items": {"mean": estimate(est_a, Design(), seed=sim, resamples=RESAMPLES)["ci95"]},
+                         "plain": {"mean": _plain_cluster_bootstrap(lambda w: weighted_mean(a, w), a.size, clustered,
+                                                                    sim),
+                                   "difference": _plain_cluster_bootstrap(lambda w: weighted_mean(b - a, w), a.size,
+                                                                          clustered, sim)}}
+                for method, intervals in found.items():
+                    for metric, (lo, hi) in intervals.items():
+                        key = f"{name}/{spread}/{metric}/{method}"
+                        hits[key] = hits.get(key, 0) + (lo <= truth[metric] <= hi)
     return {key: count / SIMULATIONS for key, count in hits.items()}
 
 
-@pytest.mark.parametrize("metric", ["mean", "weighted_f1", "difference"])
-def test_cluster_bootstrap_covers_the_truth_95_percent_of_the_time(coverage, metric):
-    assert 0.92 <= coverage[f"{metric}/clustered"] <= 0.97, coverage
+def _pooled(coverage: dict[str, float], design: str, metric: str, method: str = "ours") -> float:
+    return float(np.mean([coverage[f"{design}/{spread}/{metric}/{method}"] for spread in SPREADS]))
 
 
 @pytest.mark.parametrize("metric", ["mean", "weighted_f1", "difference"])
-def test_item_bootstrap_undercovers_clustered_items(coverage, metric):
-    assert coverage[f"{metric}/items"] < 0.90, coverage
+def test_at_the_ebs_design_the_interval_covers_the_truth_at_least_93_percent_of_the_time(coverage, metric):
+    assert _pooled(coverage, "ebs", metric) >= 0.93, coverage
+    assert all(coverage[f"ebs/{spread}/{metric}/ours"] >= 0.91 for spread in SPREADS), coverage
+
+
+@pytest.mark.parametrize("metric", ["mean", "weighted_f1", "difference"])
+def test_at_the_balanced_design_the_interval_covers_the_truth_92_to_97_percent_of_the_time(coverage, metric):
+    assert all(0.92 <= coverage[f"balanced/{spread}/{metric}/ours"] <= 0.97 for spread in SPREADS), coverage
+
+
+@pytest.mark.parametrize("metric", ["mean", "difference"])
+def test_the_plain_cluster_bootstrap_falls_short_at_the_ebs_design(coverage, metric):
+    # the method the suite used before: what the few-cluster method is measured against
+    assert _pooled(coverage, "ebs", metric, "plain") < 0.90, coverage
+
+
+def test_item_bootstrap_undercovers_clustered_items(coverage):
+    assert _pooled(coverage, "balanced", "mean", "items") < 0.85, coverage
 
 
 def test_iid_interval_agrees_with_scipy_bootstrap():
@@ -181,7 +216,8 @@ def test_a_subset_design_draws_what_a_design_of_the_kept_items_draws():
 
 def test_one_cluster_has_no_interval():
     metric = mean_metric([1.0, 0.0, 1.0], design=Design(("s", "s", "s")))
-    assert metric == {"value": pytest.approx(2 / 3, abs=1e-6), "ci95": [None, None], "n": 3, "n_clusters": 1}
+    assert metric["ci95"] == [None, None] and (metric["n"], metric["n_clusters"]) == (3, 1)
+    assert metric["value"] == pytest.approx(2 / 3, abs=1e-6)
 
 
 def test_paired_difference_is_the_difference_of_means_on_shared_items():

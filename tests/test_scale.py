@@ -461,4 +461,5 @@ def test_bootstrap_in_blocks_gives_the_numbers_of_one_resample_matrix(monkeypatc
     lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     monkeypatch.setattr(stats, "RESAMPLE_BLOCK_CELLS", block_cells)
     got = stats.mean_metric(list(data), resamples=333, seed=11)
-    assert got == {"value": round(float(data.mean()), 6), "ci95": [round(float(lo), 6), round(float(hi), 6)], "n": 50, "n_clusters": 50}
+    ci = [round(float(lo), 6), round(float(hi), 6)]  # independent items: both questions have one answer
+    assert got == {"value": round(float(data.mean()), 6), "ci95": ci, "ci95_within": ci, "n": 50, "n_clusters": 50}

@@ -26,6 +26,7 @@ from statistics import NormalDist
 import numpy as np
 
 from fieldeval.rows import column
+from fieldeval.stats import robust
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 20261130
@@ -148,6 +149,26 @@ class Design:
             yield per_cluster
 
 
+    def within_weight_blocks(self, n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                             block: int | None = None) -> Iterator[np.ndarray]:
+        """Item weights of resamples that keep every cluster and draw its items with replacement (as many as it
+        has): the bootstrap of "more items from these clusters". Without clusters, :meth:`weight_blocks`."""
+        if self.clusters is None:
+            yield from self.weight_blocks(n, resamples=resamples, seed=seed, block=block)
+            return
+        block = _block(n, block)
+        rng = np.random.default_rng(seed)
+        cluster = self.cells(n)[1]
+        order = np.argsort(cluster, kind="stable")  # items by cluster: each cluster a run of positions
+        sizes = np.bincount(cluster)
+        start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[cluster[order]]
+        size = sizes[cluster[order]]
+        for first in range(0, resamples, block):
+            k = min(block, resamples - first)
+            picked = order[start + (rng.random((k, n)) * size).astype(np.int64)]
+            yield _counts(picked, n).astype(float)
+
+
 def _ranks(keys: Sequence[Hashable]) -> np.ndarray:
     """Each key's rank among the distinct keys, sorted (``np.unique(keys, return_inverse=True)[1]`` without
     building a fixed-width text array of every key)."""
@@ -167,13 +188,22 @@ def _counts(index: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(flat, minlength=k * n).reshape(k, n)
 
 
-def metric(value: float | None, ci95: Sequence[float | None], n: int, n_clusters: int | None = None) -> dict:
-    """The report's metric shape: ``{"value", "ci95": [lo, hi], "n", "n_clusters"}``."""
-    return {"value": value, "ci95": list(ci95), "n": n, "n_clusters": n if n_clusters is None else n_clusters}
+def metric(value: float | None, ci95: Sequence[float | None], n: int, n_clusters: int | None = None,
+           ci95_within: Sequence[float | None] | None = None) -> dict:
+    """The report's metric shape: ``{"value", "ci95": [lo, hi], "ci95_within": [lo, hi], "n", "n_clusters"}``.
+
+    ``ci95`` answers "on new clusters" (new studies, paragraphs, hazards); ``ci95_within`` answers "on more
+    items from these clusters"; without clusters the two are one interval.
+    """
+    return {"value": value, "ci95": list(ci95), "ci95_within": list(ci95 if ci95_within is None else ci95_within),
+            "n": n, "n_clusters": n if n_clusters is None else n_clusters}
 
 
 def widening(design: Design, n: int) -> float:
-    """How much a clustered percentile interval is widened: ``sqrt(G/(G-1)) * t(G-H) / z`` (1 without clusters)."""
+    """How much a clustered percentile interval is widened: ``sqrt(G/(G-1)) * t(G-H) / z`` (1 without clusters).
+
+    Only the agreement of graders (:mod:`fieldeval.benchmarks.ibf.agreement`) still widens a percentile interval;
+    every metric's ci95 is :func:`estimate`'s."""
     if not design.clustered:
         return 1.0
     clusters = design.n_clusters(n)
@@ -236,12 +266,14 @@ def _t_cdf(t: float, df: int) -> float:
 
 def interval(point: float, boot: np.ndarray, factor: float,
              bounds: tuple[float, float] | None = None) -> tuple[float | None, float | None]:
-    """The percentile interval of ``boot`` widened by ``factor`` about ``point``, clipped to ``bounds``."""
+    """The percentile interval of ``boot`` widened by ``factor`` about ``point``, kept within what the resamples
+    gave (and the point) and within ``bounds``."""
     boot = boot[~np.isnan(boot)]
     if boot.size == 0 or np.isnan(factor) or np.isnan(point):
         return None, None
     q_lo, q_hi = np.percentile(boot, [2.5, 97.5])
     lo, hi = (q_lo, q_hi) if factor == 1.0 else (point - factor * (point - q_lo), point + factor * (q_hi - point))
+    lo, hi = max(lo, min(boot.min(), point)), min(hi, max(boot.max(), point))
     lo, hi = min(lo, point), max(hi, point)
     if bounds is not None:
         lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
@@ -282,53 +314,152 @@ class Estimator:
         """The estimator of the items at ``index`` (in that order)."""
         return Estimator(self.data[index], self.statistic, self.defined[index], self.bounds)
 
+    def is_mean(self, keep: np.ndarray) -> bool:
+        """Whether the metric is the plain mean of its data on the items ``keep`` (closed forms apply)."""
+        return self.statistic is weighted_mean and self.data.ndim == 1 and not np.isnan(self.data[keep]).any()
+
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a metric's two intervals rest on, kept so that p-values answer the same questions.
+
+    Attributes:
+        point: the metric's value.
+        spread: the clustered ci95's CR2 standard error and degrees of freedom (None: items are independent,
+            and ``ci95`` is the percentile interval of ``boot``).
+        boot: the item bootstrap's values (only without clusters).
+        within: the values of the bootstrap of items within their clusters (``ci95_within``).
+    """
+
+    point: float
+    spread: robust.Spread | None
+    boot: np.ndarray | None
+    within: np.ndarray
+
+    def p_value(self, *, within: bool = False) -> float | None:
+        """Two-sided p of "the metric is 0" for the question ``ci95`` (or ``ci95_within``) answers."""
+        if self.spread is None or within:
+            draws = self.within if within else self.boot
+            return None if draws is None or draws.size == 0 else min(1.0, 2 * min(
+                _share(draws <= 0), _share(draws >= 0)))
+        if not self.spread.se:
+            return 1.0 if self.point == 0 else 0.0
+        return min(1.0, 2 * robust.t_cdf(-abs(self.point) / self.spread.se, self.spread.df))
+
+    def p_below(self, threshold: float, *, within: bool = False) -> float | None:
+        """One-sided p of "the metric is at least ``threshold``" (small: it is below)."""
+        if self.spread is None or within:
+            draws = self.within if within else self.boot
+            return None if draws is None or draws.size == 0 else _share(draws >= threshold)
+        if not self.spread.se:
+            return 0.0 if self.point < threshold else 1.0
+        return robust.t_cdf((self.point - threshold) / self.spread.se, self.spread.df)
+
+
+def _share(hits: np.ndarray) -> float:
+    """A bootstrap p-value's share, ``(hits + 1) / (draws + 1)``: never 0 on finitely many draws."""
+    return (int(hits.sum()) + 1) / (hits.size + 1)
+
+
+def _fit(point: float, statistic: Callable[[np.ndarray], np.ndarray], n: int, design: Design,
+         bounds: tuple[float, float] | None, *, means: np.ndarray | None, resamples: int, seed: int) -> tuple[dict, Evidence | None]:
+    """``(ci95, ci95_within)`` of a statistic of ``n`` items, with the evidence behind them.
+
+    Without clusters both are the item bootstrap's percentile interval. With clusters, ``ci95`` is
+    ``point +/- t(df) * se`` from :func:`fieldeval.stats.robust.spread`, kept within the metric's range and
+    within what any resample of the clusters can give; ``ci95_within`` is the percentile interval of the
+    bootstrap of items within their clusters.
+    """
+    none = {"ci95": [None, None], "ci95_within": [None, None]}
+    if np.isnan(point):
+        return none, None
+    if not design.clustered:
+        boot = np.concatenate([statistic(w) for w in design.weight_blocks(n, resamples=resamples, seed=seed)])
+        ci = list(interval(point, boot, 1.0, bounds))
+        return {"ci95": ci, "ci95_within": ci}, Evidence(point, None, boot[~np.isnan(boot)], boot[~np.isnan(boot)])
+    stratum, cluster = design.cells(n)
+    within = np.concatenate([statistic(w) for w in design.within_weight_blocks(n, resamples=resamples, seed=seed)])
+    within = within[~np.isnan(within)]
+    ci_within = list(interval(point, within, 1.0, bounds))
+    if design.n_clusters(n) - design.n_strata(n) < 1:
+        return {"ci95": [None, None], "ci95_within": ci_within}, None
+    if means is not None:
+        cluster_means = np.bincount(cluster, weights=means) / np.bincount(cluster)
+        found = robust.spread(statistic, point, n, cluster, stratum, cluster_means=cluster_means)
+    else:
+        drawn = np.concatenate([statistic(w) for w in design.weight_blocks(n, resamples=resamples, seed=seed)])
+        found = robust.spread(statistic, point, n, cluster, stratum, extremes=drawn[~np.isnan(drawn)])
+    half = robust.t_ppf(0.5 + CONFIDENCE / 2, found.df) * found.se if found.se else 0.0
+    lo, hi = max(point - half, found.low), min(point + half, found.high)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    lo, hi = min(lo, point), max(hi, point)
+    return {"ci95": [_round(lo), _round(hi)], "ci95_within": ci_within}, Evidence(point, found, None, within)
+
 
 def estimate(est: Estimator, design: Design = Design(), *, resamples: int = DEFAULT_RESAMPLES,
              seed: int = DEFAULT_SEED) -> dict:
-    """The metric with its seeded (cluster) bootstrap ci95, ``n`` and ``n_clusters``.
+    """The metric with its two seeded ci95s (:func:`metric`), ``n`` and ``n_clusters``.
 
     Items where the metric is not defined are left out first, so ``n`` and the clusters count only
     the items that count.
     """
+    return estimate_with_evidence(est, design, resamples=resamples, seed=seed)[0]
+
+
+def estimate_with_evidence(est: Estimator, design: Design = Design(), *, resamples: int = DEFAULT_RESAMPLES,
+                           seed: int = DEFAULT_SEED) -> tuple[dict, Evidence | None]:
+    """:func:`estimate`, and the :class:`Evidence` its intervals rest on (None: no interval)."""
     keep = np.asarray(est.defined, dtype=bool)
     data, sub = est.data[keep], design.subset(keep)
     n = int(keep.sum())
     if n == 0:
-        return metric(None, [None, None], 0, 0)
+        return metric(None, [None, None], 0, 0), None
     point = float(est.statistic(data, np.ones((1, n)))[0])
-    if est.statistic is weighted_mean and sub.clustered and not np.isnan(data).any():
-        # a mean under cluster weights is a ratio of cluster sums: (W @ sums) / (W @ sizes), the same resamples
-        # at G columns instead of n
-        cluster = sub.cells(n)[1]
-        sums, sizes = np.bincount(cluster, weights=data), np.bincount(cluster).astype(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = np.concatenate([(w @ sums) / (w @ sizes) for w in sub.cluster_weight_blocks(
-                n, resamples=resamples, seed=seed)])
-    else:
-        boot = np.concatenate([est.statistic(data, w) for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
-    return metric(_round(point), interval(point, boot, widening(sub, n), est.bounds), n, sub.n_clusters(n))
+    cis, evidence = _fit(point, lambda w: est.statistic(data, w), n, sub, est.bounds,
+                         means=data if est.is_mean(keep) else None, resamples=resamples, seed=seed)
+    entry = metric(None if np.isnan(point) else _round(point), cis["ci95"], n, sub.n_clusters(n), cis["ci95_within"])
+    return entry, evidence
 
 
 def paired_difference(base: Estimator, other: Estimator, design: Design = Design(), *,
                       resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
-    """``other - base`` on the same items (aligned), with a paired ci95: one set of resamples for both.
+    """``other - base`` on the same items (aligned), with paired intervals: one set of resamples for both.
 
     Returns:
-        ``{"value", "ci95", "n", "n_clusters"}`` over the items defined in both.
+        ``{"value", "ci95", "ci95_within", "n", "n_clusters", "p_value"}`` over the items defined in both;
+        ``p_value`` is the two-sided p of "no difference" for the question ``ci95`` answers.
     """
+    entry, evidence = paired_difference_with_evidence(base, other, design, resamples=resamples, seed=seed)
+    return {**entry, "p_value": None if evidence is None else _round_p(evidence.p_value())}
+
+
+def paired_difference_with_evidence(base: Estimator, other: Estimator, design: Design = Design(), *,
+                                    resamples: int = DEFAULT_RESAMPLES,
+                                    seed: int = DEFAULT_SEED) -> tuple[dict, Evidence | None]:
+    """:func:`paired_difference` without its p-value, and the :class:`Evidence` behind its intervals."""
     keep = np.asarray(base.defined, dtype=bool) & np.asarray(other.defined, dtype=bool)
     n = int(keep.sum())
     if n == 0:
-        return metric(None, [None, None], 0, 0)
+        return metric(None, [None, None], 0, 0), None
     sub = design.subset(keep)
     a, b = base.data[keep], other.data[keep]
     point = float(other.statistic(b, np.ones((1, n)))[0] - base.statistic(a, np.ones((1, n)))[0])
-    boot = np.concatenate([other.statistic(b, w) - base.statistic(a, w)
-                           for w in sub.weight_blocks(n, resamples=resamples, seed=seed)])
     bounds = None
     if base.bounds is not None and other.bounds is not None:
         bounds = (other.bounds[0] - base.bounds[1], other.bounds[1] - base.bounds[0])
-    return metric(_round(point), interval(point, boot, widening(sub, n), bounds), n, sub.n_clusters(n))
+    means = b - a if base.is_mean(keep) and other.is_mean(keep) else None
+    cis, evidence = _fit(point, lambda w: other.statistic(b, w) - base.statistic(a, w), n, sub, bounds,
+                         means=means, resamples=resamples, seed=seed)
+    return metric(_round(point), cis["ci95"], n, sub.n_clusters(n), cis["ci95_within"]), evidence
+
+
+def _round_p(p: float | None) -> float | None:
+    """A p-value as the reports keep it (6 significant figures: small p-values stay readable)."""
+    return None if p is None else float(f"{p:.6g}")
 
 
 def mean_metric(
