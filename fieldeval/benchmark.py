@@ -253,6 +253,8 @@ class Benchmark(Generic[Context]):
         items: how the run's items read one by one: their score columns and the explanation of each.
         lead: the one metric a single figure of the benchmark stands for (``fieldeval power``'s default);
             empty: the first headline metric.
+        clusters_called: what its clusters are, in the plural (``studies``): the words that name an interval's
+            question (:func:`fieldeval.stats.wording.interval_names`).
     """
 
     name: str
@@ -288,6 +290,7 @@ class Benchmark(Generic[Context]):
     corpus_versions: Callable[[], Sequence[str]] | None = None
     items: ItemView = field(default_factory=ItemView)
     lead: str = ""
+    clusters_called: str = "clusters"
 
     @property
     def headline(self) -> list[str]:

@@ -102,6 +102,7 @@ BENCHMARK = Benchmark(
     register_cli=register_cli,
     run_meta=_run_meta,
     cluster_key=_study,
+    clusters_called="studies",
     estimators=estimators,
     audit=audit,
     items=ITEMS,

@@ -96,6 +96,7 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
     cluster_key=_hazard,
+    clusters_called="hazards",
     estimators=estimators,
     audit=audit,
     items=ITEMS,

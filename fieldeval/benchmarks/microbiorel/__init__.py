@@ -102,6 +102,7 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     warm=warm,
     cluster_key=_paragraph,
+    clusters_called="paragraphs",
     estimators=estimators,
     audit=audit,
     items=ITEMS,
