@@ -112,15 +112,19 @@ def test_clusters_paired_compare_and_the_regression_gate_both_ways(project):
     entry = json.loads((project.path / "reports" / "report.json").read_text())["evals"]["benchmarks"]["ebs"]["fake-ebs"]
     assert (entry["ontology_score"]["n"], entry["ontology_score"]["n_clusters"]) == (12, 4)
     assert (entry["planned"], entry["scored"], entry["errors"]) == (12, 12, 0)
-    assert "12 items in only 4 clusters (under 10): the intervals are wide and approximate" in base.stdout
+    assert "12 items in only 4 studies (under 10): the intervals on new studies are wide and approximate" in base.stdout
+    assert "ebs intervals: first on new studies (4 studies: approximate), second on more samples from these 4 studies" \
+        in base.stdout
     shown = json.loads(_fieldeval(project, "runs", "show", "run_base", "--json").stdout)
     assert shown["metrics"]["ebs"]["fake-ebs"]["ontology_score"]["n_clusters"] == 4
 
     (project.path / "worse-Iowa").touch()  # every study loses its exact Iowa answer
     worse = _pytest(project, "--run-id", "run_worse", "--baseline-run", "run_base")
     assert worse.returncode == 1, worse.stdout
+    # every study lost the same: no spread, so the drop is certain (p 0) in a family of the 5 headline metrics
     assert ("FAILED gate ebs.ontology_score for fake-ebs: worse than baseline run run_base by -0.333 "
-            "(paired ci95 -0.333 to -0.333, 12 items in 4 clusters), entirely below -0") in worse.stdout
+            "(paired ci95 on new clusters: -0.333 to -0.333, 12 items in 4 clusters); a drop beyond -0 has one-sided "
+            "p 0, Holm-adjusted 0 over ") in worse.stdout
     report = json.loads((project.path / "reports" / "report.json").read_text())["evals"]
     assert any(g["gate_on"] == "baseline" and not g["passed"] for g in report["gates"])
     tolerated = _pytest(project, "--run-id", "run_tolerated", "--baseline-run", "run_base",
@@ -137,18 +141,22 @@ def test_clusters_paired_compare_and_the_regression_gate_both_ways(project):
     base_rows = {r["corpus_item_id"]: r["metrics"]["ontology_score"] for r in _responses(project, "run_base")}
     worse_rows = {r["corpus_item_id"]: r["metrics"]["ontology_score"] for r in _responses(project, "run_worse")}
     by_hand = sum(worse_rows[k] - base_rows[k] for k in base_rows) / len(base_rows)
+    within = diffs["ontology_score"].pop("ci95_within")
+    # every study's mean drops by the same third: new studies would too (a zero-width ci95); items within a study
+    # differ (one of its three drops), so more samples from these studies spread about the drop, never above 0
+    assert within[0] < by_hand < within[1] < 0
     assert diffs["ontology_score"] == {"benchmark": "ebs", "metric": "ontology_score", "model": "fake-ebs",
                                        "base_run": "run_base", "run": "run_worse",
                                        "value": pytest.approx(by_hand, abs=1e-6),
                                        "ci95": [pytest.approx(by_hand, abs=1e-6)] * 2,
-                                       "n_items": 12, "n_clusters": 4}
+                                       "n_items": 12, "n_clusters": 4, "p_value": 0.0, "p_holm": 0.0}
     table = _fieldeval(project, "runs", "compare", "run_base", "run_worse")
     assert "paired differences against run_base" in table.stdout and "-0.333" in table.stdout
     report = _fieldeval(project, "report", "run_base", "run_worse", "-o", "report.html")
     assert report.returncode == 0, report.stderr
     html = (project.path / "report.html").read_text()
     assert "Paired differences against run_base" in html and "-0.333" in html
-    assert "run_worse ebs fake-ebs: 12 items in only 4 clusters (under 10)" in html
+    assert "run_worse ebs fake-ebs: 12 items in only 4" in html
 
 
 def _responses(project: pytest.Pytester, run_id: str) -> list[dict]:

@@ -37,14 +37,16 @@ def get_benchmark_for_gate(gate: Gate) -> Benchmark:
 
 
 def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str],
-                 model_ids: Mapping[str, str] | None = None) -> list[dict]:
+                 model_ids: Mapping[str, str] | None = None, interval: str = "clusters") -> list[dict]:
     """One result per gate and model of the payload's benchmarks (``out``).
 
     A gate on a benchmark of this run (``ran``) that scored nothing fails with a ``reason``
     instead of a value; gates on benchmarks the run did not include, and gates of models the
     run did not evaluate, are left out. A model asked for by an alias (``model_ids``: alias to
-    model id) is gated as its model id, unless a gate names the alias itself.
+    model id) is gated as its model id, unless a gate names the alias itself. ``on="lower"`` gates on the
+    lower bound of ``ci95`` (on new clusters), or of ``ci95_within`` when ``interval`` is ``within``.
     """
+    ci_key = "ci95_within" if interval == "within" else "ci95"
     named = {gate.model for gate in gates if gate.model is not None}
 
     def gated_as(model: str) -> str:
@@ -65,7 +67,7 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
         for model, entry in entries.items():
             value = (entry.get(gate.metric) or {}).get("value")
             if on == "lower" and value is not None:
-                value = entry[gate.metric]["ci95"][0]
+                value = (entry[gate.metric].get(ci_key) or entry[gate.metric]["ci95"])[0]
             result = {"metric": name, "model": model, "gate_on": on, "value": value, "threshold": gate.threshold,
                       "passed": value is not None and value >= gate.threshold}
             if value is None and (entry.get(gate.metric) or {}).get("value") is not None:

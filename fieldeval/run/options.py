@@ -102,8 +102,12 @@ class EngineOptions:
         help="ci95 resamples whole clusters as each benchmark declares them (default: benchmark), or items (none)"))
     baseline_run: str | None = field(default=None, metadata=option(
         "--baseline-run", metavar="RUN_ID",
-        help="fail the session when a headline metric is worse than this stored run's with 95%% confidence "
-             "(paired ci95 of this run - baseline entirely below -tolerance)"))
+        help="fail the session when a headline metric is worse than this stored run's: a drop beyond "
+             "-tolerance whose one-sided p, Holm-adjusted over every metric the gate checks, is below 0.05"))
+    gate_interval: str = field(default="clusters", metadata=option(
+        "--gate-interval", choices=("clusters", "within"),
+        help="the question the --baseline-run gate and --gate-on lower answer: on new clusters (studies, "
+             "paragraphs, hazards; default) or within: on more items from these clusters (ci95_within)"))
     regression_tolerance: float = field(default=0.0, metadata=option(
         "--regression-tolerance", metavar="D", type=float,
         help="a drop the --baseline-run gate tolerates, in the metric's units (default: 0)"))

@@ -21,7 +21,7 @@ from fieldeval.run.options import EngineOptions
 
 # the engine options a resumed session takes from its run: what decides its items and numbers, and its label
 RESUMED_OPTIONS = ("models", "matrix", "temperatures", "epochs", "seed", "resamples", "cluster_by", "fail_under",
-                   "gate_on", "run_label")
+                   "gate_on", "gate_interval", "run_label")
 WORKER_KEY = "fieldeval_resumed"  # xdist workerinput: the controller's resolved options, as JSON
 
 

@@ -706,8 +706,8 @@ class EvalSession:
                                 errored_epochs=self.errored_epochs)
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
         hits = sum(entry["totals"]["cached_items"] for entries in out.values() for entry in entries.values())
-        gates = gate_results(self.gates, out, on=self.options.gate_on, ran=sorted({*self.selected, *out}),
-                             model_ids=model_ids({model for models in out.values() for model in models}))
+        gates = gate_results(self.gates, out, on=self.options.gate_on, interval=self.options.gate_interval,
+                             ran=sorted({*self.selected, *out}), model_ids=model_ids({model for models in out.values() for model in models}))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -732,7 +732,8 @@ class EvalSession:
                     self._payload["baseline"] = {"run": self.options.baseline_run, "differences": [],
                                                  "notes": [str(error)]}
                 gates += regression_gates(self._payload["baseline"]["differences"],
-                                          tolerance=self.options.regression_tolerance)
+                                          tolerance=self.options.regression_tolerance,
+                                          interval=self.options.gate_interval)
         return self._payload
 
     def baseline_comparison(self) -> dict:
@@ -747,7 +748,8 @@ class EvalSession:
             base_rows = store.run_rows(self.options.baseline_run)
         rows = {name: self.sorted_rows(name) for name in self.rows}
         diffs, notes = differences(self.options.baseline_run, base_rows, self.run_id, rows, seed=self.options.seed,
-                                   resamples=self.options.resamples, cluster_by=self.options.cluster_by)
+                                   resamples=self.options.resamples, cluster_by=self.options.cluster_by,
+                                   tolerance=self.options.regression_tolerance)
         return {"run": self.options.baseline_run, "differences": diffs, "notes": notes}
 
     def errors_allowed(self) -> bool:

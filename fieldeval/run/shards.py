@@ -51,6 +51,7 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
         "benchmark_options": {name: dataclasses.asdict(session.bench_options[name]) for name in session.selected},
         "fail_under": list(session.options.fail_under),
         "gate_on": session.options.gate_on,
+        "gate_interval": session.options.gate_interval,
         "cluster_by": session.options.cluster_by,
     }, default=str))  # plain JSON values; the case ids (texts already) are not copied through it (100,000 of them)
     settings["cases"] = {name: case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected}

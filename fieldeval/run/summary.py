@@ -11,6 +11,7 @@ import io
 
 from fieldeval.benchmark import benchmarks
 from fieldeval.stats import FEW_CLUSTERS, few_clusters
+from fieldeval.stats.wording import clustered, interval_names, span
 
 
 def markdown_cell(value: object) -> str:
@@ -25,25 +26,45 @@ def markdown_cell(value: object) -> str:
 
 
 def format_metric(entry: dict | None) -> str:
-    """``0.812 (0.750-0.870)`` for a metric entry, ``-`` when empty."""
+    """``0.812 (0.750-0.870)`` for a metric entry; with clusters ``0.855 (0.242-1.000; 0.805-0.898)``, its
+    interval on new clusters then on more samples from these clusters (:func:`interval_legend` names them);
+    ``-`` when empty."""
     if not entry or entry.get("value") is None:
         return "-"
-    lo, hi = entry["ci95"]
-    if lo is None or hi is None:
-        return f"{entry['value']:.3f} (-)"
-    return f"{entry['value']:.3f} ({lo:.3f}-{hi:.3f})"
+    text = f"{entry['value']:.3f} ({span(entry['ci95'])}"
+    if clustered(entry) and "ci95_within" in entry:
+        text += f"; {span(entry['ci95_within'])}"
+    return text + ")"
 
 
-def format_difference(diff: dict) -> str:
-    """``+0.042 (-0.010 to +0.090)`` for a paired difference, ``*`` when the interval excludes 0."""
-    from fieldeval.stats.paired import excludes_zero
+def interval_legend(name: str, models: dict) -> list[str]:
+    """The line under a benchmark's table that names the question each interval answers, e.g. ``ebs intervals:
+    first on new studies (6 studies: approximate), second on more samples from these 6 studies``."""
+    called = benchmarks()[name].clusters_called
+    seen = {}
+    for model, entry in models.items():
+        for metric in benchmarks()[name].headline:
+            item = entry.get(metric)
+            if clustered(item) and "ci95_within" in item:
+                seen.setdefault(interval_names(item, called), model)
+    lines = []
+    for (new, within), model in seen.items():
+        whose = f" ({model})" if len(seen) > 1 else ""
+        lines.append(f"{name} intervals{whose}: first {new}, second {within}")
+    return lines
+
+
+def format_difference(diff: dict, key: str = "ci95") -> str:
+    """``+0.042 (-0.010 to +0.090)`` for a paired difference (its ``key`` interval), ``*`` when its Holm-adjusted
+    p is below 0.05."""
+    from fieldeval.stats.paired import significant
 
     if diff.get("value") is None:
         return "-"
-    lo, hi = diff["ci95"]
+    lo, hi = diff.get(key) or diff["ci95"]
     if lo is None or hi is None:
         return f"{diff['value']:+.3f} (-)"
-    return f"{diff['value']:+.3f} ({lo:+.3f} to {hi:+.3f})" + (" *" if excludes_zero(diff) else "")
+    return f"{diff['value']:+.3f} ({lo:+.3f} to {hi:+.3f})" + (" *" if significant(diff) else "")
 
 
 def few_cluster_notes(name: str, models: dict) -> list[str]:
@@ -54,16 +75,24 @@ def few_cluster_notes(name: str, models: dict) -> list[str]:
                 if few_clusters(entry.get(m))]
         if thin:
             items, clusters = max(thin)  # the metric over the most items
-            lines.append(f"{name} {model}: {items} items in only {clusters} clusters (under {FEW_CLUSTERS}): "
-                         "the intervals are wide and approximate")
+            called = benchmarks()[name].clusters_called
+            lines.append(f"{name} {model}: {items} items in only {clusters} {called} (under {FEW_CLUSTERS}): the "
+                         f"intervals on new {called} are wide and approximate")
     return lines
+
+
+def format_p(p: float | None) -> str:
+    """A p-value for a table: ``0.012``, ``<0.001``, or ``-``."""
+    return "-" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def difference_lines(payload: dict) -> list[str]:
     """``this run - baseline`` per headline metric, one line each, then the pairing notes."""
     baseline = payload.get("baseline") or {}
     lines = [f"{d['benchmark']}.{d['metric']} {d['model']}: {format_difference(d)} vs baseline {baseline['run']} "
-             f"({d['n_items']} items, {d['n_clusters']} clusters)" for d in baseline.get("differences", [])]
+             f"(on more samples from these clusters {span(d.get('ci95_within'), sign=True)}; p {format_p(d.get('p_value'))}, "
+             f"Holm {format_p(d.get('p_holm'))}; {d['n_items']} items, {d['n_clusters']} clusters)"
+             for d in baseline.get("differences", [])]
     return lines + list(baseline.get("notes", []))
 
 
@@ -79,8 +108,12 @@ def gate_line(gate: dict) -> str:
         lo, hi = gate["ci95"]
         if gate.get("value") is None or lo is None or hi is None:
             return f"passed {head}: no paired interval against baseline run {gate['baseline_run']}"
+        if gate.get("p_holm") is None:
+            return (f"passed {head}: {gate['value']:+.3f} (paired ci95 {lo:+.3f} to {hi:+.3f}) against baseline run "
+                    f"{gate['baseline_run']}, not entirely below -{abs(gate['threshold']):g}")
         return (f"passed {head}: {gate['value']:+.3f} (paired ci95 {lo:+.3f} to {hi:+.3f}) against baseline run "
-                f"{gate['baseline_run']}, not entirely below -{abs(gate['threshold']):g}")
+                f"{gate['baseline_run']}: no drop beyond -{abs(gate['threshold']):g} (one-sided p "
+                f"{gate['p_value']:.3g}, Holm-adjusted {gate['p_holm']:.3g} over {gate['family']} comparisons)")
     if gate.get("reason"):
         return f"FAILED {head}: {gate['reason']}"
     value = f"{gate['gate_on']} value {round(gate['value'], 3):g}"
@@ -103,7 +136,9 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
     console.print(escape(f"fieldeval run {payload['run_id']}  ontology: {payload.get('ontology_version') or '-'}"))
     for name, models in payload["benchmarks"].items():
         bench = benchmarks()[name]
-        table = Table(title=f"{name}: value (ci95 lo-hi)", title_justify="left")
+        title = ("value (ci95 on new " + bench.clusters_called + "; on more samples from these)"
+                 if interval_legend(name, models) else "value (ci95 lo-hi)")
+        table = Table(title=f"{name}: {title}", title_justify="left")
         table.add_column("metric", no_wrap=True)
         for model in models:
             table.add_column(escape(model), justify="right", no_wrap=True)
@@ -112,11 +147,14 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
         for metric in bench.headline:
             table.add_row(metric, *(format_metric(entry.get(metric)) for entry in models.values()))
         console.print(table)
-        for line in bench.summary_notes(models) + few_cluster_notes(name, models):
+        for line in interval_legend(name, models) + bench.summary_notes(models) + few_cluster_notes(name, models):
             console.print(escape(line))
     if payload.get("baseline"):
+        from fieldeval.stats.paired import family_size
+
+        family = family_size(payload["baseline"].get("differences", []))
         console.print(escape(f"paired differences, this run - baseline run {payload['baseline']['run']} "
-                             "(ci95; * excludes 0):"))
+                             f"(ci95 on new clusters; * Holm-adjusted p < 0.05 over {family} comparisons):"))
         for line in difference_lines(payload):
             console.print(escape(f"  {line}"))
     return buffer.getvalue()
@@ -137,7 +175,7 @@ def render_markdown(payload: dict) -> str:
             cells = [format_metric(entry.get(metric)) for metric in headline]
             lines.append(f"| {markdown_cell(model)} | {entry['items']} | {entry['errors']} | " + " | ".join(cells) + " |")
         lines.append("")
-        notes = few_cluster_notes(name, models)
+        notes = interval_legend(name, models) + few_cluster_notes(name, models)
         if notes:
             lines += [f"> {markdown_cell(note)}" for note in notes] + [""]
     from fieldeval.stats.epochs import epoch_lines
@@ -147,10 +185,15 @@ def render_markdown(payload: dict) -> str:
         lines += [f"> {markdown_cell(line)}" for line in repeats] + [""]
     if payload.get("baseline"):
         baseline = payload["baseline"]
+        from fieldeval.stats.paired import family_size
+
         lines += [f"### Against baseline run {markdown_cell(baseline['run'])}", "",
-                  "| metric | model | this run - baseline (ci95) | items | clusters |", "|---|---|---:|---:|---:|"]
+                  f"{family_size(baseline['differences'])} comparisons; * marks a Holm-adjusted p below 0.05.", "",
+                  "| metric | model | this run - baseline (ci95 on new clusters) | on more samples from these | "
+                  "p (Holm) | items | clusters |", "|---|---|---:|---:|---:|---:|---:|"]
         for d in baseline["differences"]:
             lines.append(f"| {d['benchmark']}.{d['metric']} | {markdown_cell(d['model'])} | {format_difference(d)} | "
+                         f"{span(d.get('ci95_within'), sign=True)} | {format_p(d.get('p_holm'))} | "
                          f"{d['n_items']} | {d['n_clusters']} |")
         lines += [""] + [markdown_cell(note) for note in baseline.get("notes", [])] + [""]
     if payload.get("gates"):

@@ -5,6 +5,12 @@ each headline metric's difference (run - base) is computed on the shared items,
 and its ci95 resamples the same clusters for both runs, so the interval is the
 difference's own (Miller, "Adding Error Bars to Evals", arXiv:2411.00640,
 section 4: paired differences are far tighter than two separate intervals).
+
+Many differences read at once are a family: each difference's ``p_value`` (two-sided, from
+the same evidence as its ci95) gets a ``p_holm``, Holm's step-down adjustment over every
+difference one ``runs compare`` prints (:func:`adjust`), and a difference is marked by its
+``p_holm``. The regression gate's family is every difference one session checks: it fails on
+a drop whose one-sided ``p_holm`` is below :data:`GATE_ALPHA`.
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks
 from fieldeval.run.entries import by_nodeid, case_key, without_clusters
-from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Design, paired_difference
+from fieldeval.stats import (DEFAULT_RESAMPLES, DEFAULT_SEED, Design, _round_p, paired_difference_with_evidence)
+from fieldeval.stats.robust import holm
+
+GATE_ALPHA = 0.05  # the regression gate's one-sided level, after Holm's correction over the session's family
+SIGNIFICANT = 0.05  # a difference is marked when its two-sided p_holm is below this
 
 Rows = Mapping[str, Sequence[dict]]  # rows by benchmark
 
@@ -47,8 +57,9 @@ def model_pairs(base: Sequence[str], other: Sequence[str]) -> list[tuple[str, st
 
 def differences(base_run: str, base_rows: Rows, run: str, rows: Rows, *, seed: int = DEFAULT_SEED,
                 resamples: int = DEFAULT_RESAMPLES, cluster_by: str = "benchmark",
-                metrics: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each headline metric's ``run - base_run`` on the shared items, with a paired (cluster) bootstrap ci95.
+                metrics: Sequence[str] | None = None,
+                tolerance: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each headline metric's ``run - base_run`` on the shared items, with its paired intervals and p-values.
 
     Args:
         base_run: the base run's id.
@@ -59,10 +70,13 @@ def differences(base_run: str, base_rows: Rows, run: str, rows: Rows, *, seed: i
         resamples: the bootstrap resamples.
         cluster_by: ``benchmark`` (resample the clusters the rows carry) or ``none`` (items).
         metrics: the metrics to compare (default: each benchmark's headline metrics).
+        tolerance: for the regression gate: each difference also gets ``p_drop`` and ``p_drop_within``, the
+            one-sided p of "run is no worse than base by more than ``tolerance``" for each question.
 
     Returns:
         The differences, ``[{"benchmark", "metric", "model", "base_run", "run", "value", "ci95": [lo, hi],
-        "n_items", "n_clusters"}]``, and one line per pairing whose runs share no items or only some.
+        "ci95_within": [lo, hi], "n_items", "n_clusters", "p_value", "p_holm"}]`` (``p_holm`` over this
+        list), and one line per pairing whose runs share no items or only some.
     """
     out: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -93,11 +107,38 @@ def differences(base_run: str, base_rows: Rows, run: str, rows: Rows, *, seed: i
             for metric in metrics or spec.headline:
                 if metric not in est_a or metric not in est_b:
                     continue
-                diff = paired_difference(est_a[metric], est_b[metric], design, seed=seed, resamples=resamples)
-                out.append({"benchmark": bench, "metric": metric, "model": label, "base_run": base_run, "run": run,
-                            "value": diff["value"], "ci95": diff["ci95"], "n_items": diff["n"],
-                            "n_clusters": diff["n_clusters"]})
-    return out, notes
+                diff, evidence = paired_difference_with_evidence(est_a[metric], est_b[metric], design, seed=seed,
+                                                                 resamples=resamples)
+                found = {"benchmark": bench, "metric": metric, "model": label, "base_run": base_run, "run": run,
+                         "value": diff["value"], "ci95": diff["ci95"], "ci95_within": diff["ci95_within"],
+                         "n_items": diff["n"], "n_clusters": diff["n_clusters"],
+                         "p_value": None if evidence is None else _round_p(evidence.p_value())}
+                if tolerance is not None:
+                    found["p_drop"] = None if evidence is None else _round_p(evidence.p_below(-tolerance))
+                    found["p_drop_within"] = (None if evidence is None
+                                              else _round_p(evidence.p_below(-tolerance, within=True)))
+                out.append(found)
+    return adjust(out), notes
+
+
+def adjust(diffs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``diffs`` with each ``p_holm`` set by Holm's adjustment over all of them (the family one table prints)."""
+    for diff, p in zip(diffs, holm([d.get("p_value") for d in diffs])):
+        diff["p_holm"] = _round_p(p)
+    return diffs
+
+
+def family_size(diffs: Sequence[Mapping[str, Any]]) -> int:
+    """How many differences were tested (had a p-value): the size of the family Holm corrects for."""
+    return sum(1 for d in diffs if d.get("p_value") is not None)
+
+
+def significant(difference: Mapping[str, Any]) -> bool:
+    """Whether a difference is marked: its ``p_holm`` below :data:`SIGNIFICANT` (a difference stored before
+    p-values were recorded: its ci95 excludes 0)."""
+    if "p_holm" in difference:
+        return difference["p_holm"] is not None and difference["p_holm"] < SIGNIFICANT
+    return excludes_zero(difference)
 
 
 def excludes_zero(difference: Mapping[str, Any]) -> bool:
@@ -106,29 +147,44 @@ def excludes_zero(difference: Mapping[str, Any]) -> bool:
     return lo is not None and hi is not None and (lo > 0 or hi < 0)
 
 
-def regression_gates(diffs: Sequence[Mapping[str, Any]], *, tolerance: float) -> list[dict[str, Any]]:
-    """One gate result per difference: failed when its paired ci95 lies entirely below ``-tolerance``.
+def regression_gates(diffs: Sequence[Mapping[str, Any]], *, tolerance: float,
+                     interval: str = "clusters") -> list[dict[str, Any]]:
+    """One gate result per difference: failed when its drop below ``-tolerance`` is significant after Holm.
+
+    The family is every difference given (one session's checks): each one's one-sided p (``p_drop``, or
+    ``p_drop_within`` for ``interval="within"``) is adjusted by Holm over the family, and a drop fails
+    when its ``p_holm`` is below :data:`GATE_ALPHA`.
 
     The results have the threshold gates' shape (``metric``, ``model``, ``gate_on`` = ``baseline``,
-    ``value``, ``threshold``, ``passed``) plus ``ci95`` and ``baseline_run``.
+    ``value``, ``threshold``, ``passed``) plus ``ci95`` (the interval ``interval`` names), ``interval``,
+    ``baseline_run``, ``p_value`` (one-sided), ``p_holm`` and ``family`` (how many drops were tested).
     """
+    key, ci_key = ("p_drop_within", "ci95_within") if interval == "within" else ("p_drop", "ci95")
+    adjusted = holm([d.get(key) for d in diffs])
+    family = sum(1 for p in adjusted if p is not None)
     results = []
-    for diff in diffs:
-        hi = diff["ci95"][1]
+    for diff, p_holm in zip(diffs, adjusted):
         result = {"metric": f"{diff['benchmark']}.{diff['metric']}", "model": diff["model"], "gate_on": "baseline",
-                  "value": diff["value"], "ci95": list(diff["ci95"]), "threshold": -tolerance or 0.0,
-                  "baseline_run": diff["base_run"], "n_items": diff["n_items"], "n_clusters": diff["n_clusters"],
-                  "passed": not (hi is not None and hi < -tolerance)}
+                  "value": diff["value"], "ci95": list(diff.get(ci_key) or diff["ci95"]), "interval": interval,
+                  "threshold": -tolerance or 0.0, "baseline_run": diff["base_run"], "n_items": diff["n_items"],
+                  "n_clusters": diff["n_clusters"], "p_value": diff.get(key), "p_holm": _round_p(p_holm),
+                  "family": family, "passed": not (p_holm is not None and p_holm < GATE_ALPHA)}
         results.append(result)
     return results
 
 
 def regression_line(gate: Mapping[str, Any]) -> str:
-    """``FAILED gate ebs.ontology_score for m: -0.120 (ci95 -0.200 to -0.050) vs baseline run_x, below -0``."""
+    """``FAILED gate ebs.ontology_score for m: worse than baseline run_x by -0.120 (paired ci95 ...), one-sided
+    p 0.004, Holm-adjusted 0.012 over 3 comparisons, below 0.05``."""
     lo, hi = gate["ci95"]
+    question = "on more samples from these clusters" if gate.get("interval") == "within" else "on new clusters"
+    ci = "-" if lo is None or hi is None else f"{lo:+.3f} to {hi:+.3f}"
     return (f"FAILED gate {gate['metric']} for {gate['model']}: worse than baseline run {gate['baseline_run']} by "
-            f"{gate['value']:+.3f} (paired ci95 {lo:+.3f} to {hi:+.3f}, {gate['n_items']} items in "
-            f"{gate['n_clusters']} clusters), entirely below -{abs(gate['threshold']):g}")
+            f"{gate['value']:+.3f} (paired ci95 {question}: {ci}, {gate['n_items']} items in "
+            f"{gate['n_clusters']} clusters); a drop beyond -{abs(gate['threshold']):g} has one-sided p "
+            f"{gate['p_value']:.3g}, Holm-adjusted {gate['p_holm']:.3g} over {gate['family']} comparisons, "
+            f"below {GATE_ALPHA:g}")
 
 
-__all__ = ["differences", "excludes_zero", "model_pairs", "regression_gates", "regression_line"]
+__all__ = ["GATE_ALPHA", "adjust", "differences", "excludes_zero", "family_size", "model_pairs", "regression_gates",
+           "regression_line", "significant"]

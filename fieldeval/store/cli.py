@@ -41,7 +41,7 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return f"{value:.3g}" if 0 < abs(value) < 0.001 else f"{value:.3f}"  # a cost of 5.76e-05 is not 0.000
     return str(value)
 
 
@@ -139,24 +139,24 @@ def _runs_show(args: argparse.Namespace) -> int:
     if run.get("items_planned") is not None:
         console.print(escape(f"  items done/planned: {_items(run)}"))
     console.print(f"  corpus: {_versions(run['corpus_versions'])}" + ("  (legacy corpus)" if run["legacy"] else ""))
+    from fieldeval.benchmark import benchmarks
+    from fieldeval.run.summary import few_cluster_notes, format_metric, interval_legend
+
+    installed = benchmarks()
     for bench, by_model in run["metrics"].items():
         headline = run["headline"].get(bench) or sorted({m for v in by_model.values() for m in v})
-        table = Table(title=escape(f"{bench}: value (ci95 lo-hi)"), title_justify="left")
+        legend = interval_legend(bench, by_model) if bench in installed else []
+        called = installed[bench].clusters_called if bench in installed else "clusters"
+        title = f"value (ci95 on new {called}; on more samples from these)" if legend else "value (ci95 lo-hi)"
+        table = Table(title=escape(f"{bench}: {title}"), title_justify="left")
         table.add_column("model")
         for metric in headline:
             table.add_column(escape(metric), justify="right", no_wrap=True)
         for model, metrics in by_model.items():
-            cells = []
-            for metric in headline:
-                entry = metrics.get(metric)
-                if not entry or entry["value"] is None:
-                    cells.append("-")
-                elif entry["ci95"][0] is None:
-                    cells.append(_fmt(entry["value"]))
-                else:
-                    cells.append(f"{entry['value']:.3f} ({entry['ci95'][0]:.3f}-{entry['ci95'][1]:.3f})")
-            table.add_row(escape(model), *cells)
+            table.add_row(escape(model), *(format_metric(metrics.get(metric)) for metric in headline))
         console.print(table)
+        for line in legend + (few_cluster_notes(bench, by_model) if bench in installed else []):
+            console.print(escape(f"  {line}"))
     if run.get("totals"):
         table = Table(title="totals", title_justify="left")
         keys = ["items", "cached", "prompt_tokens", "completion_tokens", "est_cost_usd", "response_time_s"]
@@ -207,20 +207,32 @@ def _runs_compare(args: argparse.Namespace) -> int:
     console = _console()
     console.print(table, crop=False)  # run ids whole even where the table cannot fit
     if payload["differences"]:
-        from fieldeval.run.summary import format_difference
+        from fieldeval.run.summary import format_difference, format_p
+        from fieldeval.stats import FEW_CLUSTERS
+        from fieldeval.stats.paired import family_size
+        from fieldeval.stats.wording import span
 
-        diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base, ci95; "
-                                        "* the interval excludes 0)"), title_justify="left")
-        for column in ["benchmark", "metric", "model", "run", "difference (ci95)", "items", "clusters"]:
+        family = family_size(payload["differences"])
+        diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base): {family} "
+                                        "comparisons, * where the Holm-adjusted p is below 0.05"),
+                           title_justify="left")
+        wide = ("on new clusters (ci95)", "on more samples from these")
+        for column in ["benchmark", "metric", "model", "run", *wide, "p", "p (Holm)", "items", "clusters"]:
             if column == "run":
                 _add_run_id_column(diff_table, column, [d["run"] for d in payload["differences"]])
                 continue
-            diff_table.add_column(column, justify="right" if column in ("items", "clusters") else "left",
-                                  no_wrap=column == "difference (ci95)", overflow="fold")
+            diff_table.add_column(column, justify="left" if column in ("benchmark", "metric", "model") else "right",
+                                  no_wrap=column in wide, overflow="fold")
         for d in payload["differences"]:
             diff_table.add_row(escape(d["benchmark"]), escape(d["metric"]), escape(d["model"]), escape(d["run"]),
-                               format_difference(d), str(d["n_items"]), str(d["n_clusters"]))
+                               format_difference(d), span(d.get("ci95_within"), sign=True), format_p(d.get("p_value")),
+                               format_p(d.get("p_holm")), str(d["n_items"]), str(d["n_clusters"]))
         console.print(diff_table, crop=False)
+        thin = sorted({(d["benchmark"], d["n_clusters"]) for d in payload["differences"]
+                       if d.get("n_clusters") is not None and d["n_clusters"] < FEW_CLUSTERS})
+        for bench, clusters in thin:
+            print(f"note: {bench}'s differences rest on {clusters} clusters (under {FEW_CLUSTERS}): the intervals "
+                  "on new clusters are wide and approximate")
     return 0
 
 

@@ -107,9 +107,10 @@ class Compare:
         The seed, resamples and clustering default to the base run's settings.
 
         Returns:
-            ``{"differences": [...], "notes": [one line per pairing that shares no or only some items]}``.
+            ``{"differences": [...], "notes": [one line per pairing that shares no or only some items]}``;
+            each difference's ``p_holm`` is adjusted over all of them (one family).
         """
-        from fieldeval.stats.paired import differences
+        from fieldeval.stats.paired import adjust, differences
 
         settings = self.run_settings(base_run)
         base_rows = self.run_rows(base_run)
@@ -125,7 +126,7 @@ class Compare:
                 cluster_by=cluster_by or settings.get("cluster_by") or "benchmark")
             out += diffs
             notes += lines
-        return {"differences": out, "notes": notes}
+        return {"differences": adjust(out), "notes": notes}
 
     def compare(self, run_ids: Sequence[str], *, allow_partial: bool = False) -> dict[str, list[dict[str, Any]]]:
         """The side-by-side payload of the seed's ``GET /api/evaluations/compare``, for every benchmark.

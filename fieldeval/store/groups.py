@@ -257,6 +257,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
                   "hits": sum(1 for r in all_rows if r.get("cached")),
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
         "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries),
+                              interval=settings.get("gate_interval", "clusters"),
                               model_ids=model_ids({model for models in entries.values() for model in models})),
         "run_group": {"name": name, "shards": [s.run_id for s in shards], "rows": "shards"},
         "status": "partial" if partial else "completed",
@@ -270,9 +271,11 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
     payload["gates"] += error_gates(entries, payload["status"], max_errors)
     if baseline_run:
         diffs, notes = differences(baseline_run, store.run_rows(baseline_run), payload["run_id"], rows,
-                                   seed=settings["seed"], resamples=settings["resamples"], cluster_by=cluster_by)
+                                   seed=settings["seed"], resamples=settings["resamples"], cluster_by=cluster_by,
+                                   tolerance=tolerance)
         payload["baseline"] = {"run": baseline_run, "differences": diffs, "notes": notes}
-        payload["gates"] += regression_gates(diffs, tolerance=tolerance)
+        payload["gates"] += regression_gates(diffs, tolerance=tolerance,
+                                             interval=settings.get("gate_interval", "clusters"))
     meta = {
         "label": _shared([s.label for s in shards]) or f"merge of run group {name}",
         "corpus_version": {b: v for b, v in (settings.get("corpus_versions") or {}).items() if v},
