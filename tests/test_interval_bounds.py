@@ -159,3 +159,25 @@ def test_the_t_distribution_for_fractional_degrees_of_freedom_is_scipys(df):
         assert robust.t_cdf(t, df) == pytest.approx(float(stdtr(df, t)), rel=1e-9, abs=1e-14)
     for p in [0.5, 0.8, 0.975, 0.995, 0.9995]:
         assert robust.t_ppf(p, df) == pytest.approx(float(stdtrit(df, p)), rel=1e-8)
+
+
+def test_each_classs_f1_interval_holds_sklearns_f1_and_stays_in_its_range():
+    """Per-class F1 intervals (the headline metrics' method, on new paragraphs) hold scikit-learn's per-class F1
+    and stay in [0, 1]."""
+    from sklearn.metrics import f1_score
+
+    from fieldeval.benchmarks.microbiorel.tables import per_class_f1_ci95
+    from scorers.microbiorel import RELATION_CLASSES, encode_labels
+
+    rng = np.random.default_rng(5)
+    classes = list(RELATION_CLASSES)[:4]
+    golds = [classes[i] for i in rng.integers(0, 4, 120)]
+    preds = [g if rng.random() < 0.7 else classes[int(rng.integers(0, 4))] for g in golds]
+    design = Design(tuple(f"p{i // 20}" for i in range(120)))  # 6 paragraphs
+    got = per_class_f1_ci95(encode_labels(golds, preds), design, seed=1, resamples=300)
+    truth = f1_score(golds, preds, labels=list(RELATION_CLASSES), average=None, zero_division=0)
+    for c, (lo, hi) in enumerate(got):
+        if c >= 4:  # a class with no gold and no prediction: F1 0 throughout
+            assert lo == hi == 0.0 or lo is None
+            continue
+        assert 0.0 <= lo <= truth[c] + TOL <= hi + 2 * TOL <= 1.0 + 2 * TOL

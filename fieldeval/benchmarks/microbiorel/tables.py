@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -69,20 +70,28 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
 
 
 def per_class_f1_ci95(codes, design: Design, *, seed: int, resamples: int) -> list[list[float | None]]:
-    """Each class's F1 ci95 ``[lo, hi]`` from the run's seeded (cluster) bootstrap: the same resamples
-    and widening as the headline metrics; F1 counts as 0 in a resample where it is undefined."""
-    from fieldeval.stats import interval, widening
+    """Each class's F1 ci95 ``[lo, hi]`` on new paragraphs, by the method and seed of the headline metrics
+    (:func:`fieldeval.stats.estimate`); F1 counts as 0 in a resample where it is undefined."""
     from scorers.microbiorel import weighted_class_scores
 
     n_classes = len(RELATION_CLASSES)
     n = len(codes)
     if n == 0:
         return [[None, None]] * n_classes
-    point = np.nan_to_num(weighted_class_scores(codes, np.ones((1, n)), n_classes)[3][0])
-    boot = np.nan_to_num(np.concatenate([weighted_class_scores(codes, w, n_classes)[3]
-                                         for w in design.weight_blocks(n, resamples=resamples, seed=seed)]))
-    factor = widening(design, n)
-    return [list(interval(float(point[c]), boot[:, c], factor, (0.0, 1.0))) for c in range(n_classes)]
+    every = np.ones(n, dtype=bool)
+    seen: dict[bytes, np.ndarray] = {}  # every class's F1 under one weight matrix, computed once for all classes
+
+    def all_f1(data: np.ndarray, w: np.ndarray) -> np.ndarray:
+        key = str(w.shape).encode() + hashlib.blake2b(np.ascontiguousarray(w).view(np.uint8), digest_size=16).digest()
+        if key not in seen:
+            seen[key] = np.nan_to_num(weighted_class_scores(data, w, n_classes)[3])
+        return seen[key]
+
+    def class_f1(c: int):
+        return lambda data, w: all_f1(data, w)[:, c]
+
+    return [estimate(Estimator(codes, class_f1(c), every, (0.0, 1.0)), design, seed=seed,
+                     resamples=resamples)["ci95"] for c in range(n_classes)]
 
 
 def write_outputs(rows: list[dict], reports_dir: Path) -> list[Path]:
