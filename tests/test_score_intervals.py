@@ -49,3 +49,31 @@ def test_score_ebs_prints_the_ci95_of_each_models_ontology_score(tmp_path):
     scores = pd.read_csv(tmp_path / "results_envo_scored.tsv", sep="\t")["ontology_score"].astype(float).tolist()
     lo, hi = mean_metric(scores)["ci95"]
     assert f"\n  {lo:.3f}-{hi:.3f}  m\n" in done.stdout.split("Ontology score ci95")[1]
+
+
+def test_score_ebs_clusters_by_the_study_line_and_names_both_intervals(tmp_path):
+    """A results table whose prompts carry a Study: line is scored as a run is: both intervals, each named, and
+    equal to what a run's report gives for those items in those studies."""
+    from fieldeval.stats import Design
+
+    forest, crop = "forest biome [ENVO:01000174]", "cropland biome [ENVO:01000245]"
+    answers = [forest, crop, forest, forest, "nonsense", forest, crop, forest, forest, forest, crop, forest]
+    studies = ["Soil warming (AY1)", "Soil warming (AY2)", "Soil warming (AY3)", "Delta", "Delta", "Delta",
+               "Peat", "Peat", "Peat", "Peat", "Lake", "Lake"]
+    # the prompt's Study line on a line of its own, in a quoted TSV cell as pandas writes it
+    (tmp_path / "r.tsv").write_text("model\tcase_ideal\tresponse_text\tsampleData\tcase_input\n" + "".join(
+        f'm\t{forest}\t{answer}\tsoil_data\t"Predict the biome.\nStudy: {study}\nDescription: x"\n'
+        for answer, study in zip(answers, studies)))
+    done = fieldeval("score", "ebs", "r.tsv", "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    import pandas as pd
+
+    scored = pd.read_csv(tmp_path / "results_envo_scored.tsv", sep="\t")
+    scores = scored["ontology_score"].astype(float).tolist()
+    clusters = tuple(s.split(" (")[0] for s in studies)  # "Soil warming (AY1)": one study whatever its sample code
+    entry = mean_metric(scores, design=Design(clusters))
+    block = done.stdout.split("Ontology score ci95")[1]
+    assert (f"  {entry['ci95'][0]:.3f}-{entry['ci95'][1]:.3f}  m  on new studies (4 studies: approximate)"
+            in block)
+    assert (f"  {entry['ci95_within'][0]:.3f}-{entry['ci95_within'][1]:.3f}  m  on more samples from these 4 "
+            "studies" in block)

@@ -244,10 +244,7 @@ def summary_lines(df) -> list[str]:
     models = df.groupby(key)["ontology_score"].agg(["mean", "count"]).sort_values("mean", ascending=False)
     for model, row in models.iterrows():
         lines.append(f"  {row['mean']:.3f}  {model}  (n={int(row['count'])})")
-    lines += ["", "Ontology score ci95 (seeded bootstrap over the rows, as a run's report gives it):"]
-    for model in models.index:  # a block of its own: the ranking lines keep upstream's layout
-        lo, hi = mean_metric(df.loc[df[key] == model, "ontology_score"].dropna().astype(float).tolist())["ci95"]
-        lines.append(f"  {'-' if lo is None else f'{lo:.3f}-{hi:.3f}'}  {model}")
+    lines += ontology_score_intervals(df, key, list(models.index))
     for title, column in [("Exact match rate", "exact_match"), ("Parse rate", "parse_success")]:
         lines += ["", f"{title}:"]
         for model, rate in df.groupby(key)[column].mean().items():
@@ -265,6 +262,65 @@ def summary_lines(df) -> list[str]:
     counts = relationships.groupby(df["model"]).value_counts()
     for model in sorted(df["model"].unique()):
         lines.append(f"  {model}: " + ", ".join(f"{k}={n}" for k, n in sorted(counts[model].items())))
+    return lines
+
+
+def table_studies(df) -> list[str] | None:
+    """Each row's study, from its ``case_original_input`` (``study_name``) or the ``Study:`` line of its prompt
+    (``case_input``, ``input`` or ``prompt``); None when some row names none (its items count as independent)."""
+    import ast
+
+    from fieldeval.benchmarks.ebs.suite import study_of
+
+    prompts = [c for c in ("case_input", "input", "prompt") if c in df.columns]
+    studies = []
+    for _, row in df.iterrows():
+        found = ""
+        original = row.get("case_original_input")
+        if isinstance(original, str) and original.strip().startswith("{"):
+            try:
+                parsed = ast.literal_eval(original)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                parsed = None
+            if isinstance(parsed, dict):
+                found = str(parsed.get("study_name") or parsed.get("study") or "")
+        for column in prompts:
+            if not found and isinstance(row.get(column), str):
+                found = study_of({"input": row[column]})
+        if not found:
+            return None
+        studies.append(found)
+    return studies
+
+
+def ontology_score_intervals(df, key: str, models: Sequence[str]) -> list[str]:
+    """The summary's ontology-score intervals, each named by the question it answers: on new studies and on
+    more samples from these studies when the table says each row's study (as a run's report gives both), else
+    the one interval of independent items."""
+    from fieldeval.stats.wording import interval_names
+
+    studies = table_studies(df)
+    lines: list[str] = []
+    for model in models:
+        keep = (df[key] == model) & df["ontology_score"].notna()
+        scores = df.loc[keep, "ontology_score"].astype(float).tolist()
+        design = Design(tuple(s for s, k in zip(studies, keep) if k)) if studies else Design()
+        entry = mean_metric(scores, design=design)
+        new, within = interval_names(entry, "studies")
+        spans = {"new": entry["ci95"], "within": entry["ci95_within"]}
+        if not lines:
+            if studies is None:
+                lines += ["", "Ontology score ci95 (the table names no study, so rows count as independent; "
+                          "add case_original_input or a Study: line to answer on new studies):"]
+            else:
+                lines += ["", "Ontology score ci95, on new studies and on more samples from these studies "
+                          "(as a run's report gives them):"]
+        text = {k: "-" if lo is None else f"{lo:.3f}-{hi:.3f}" for k, (lo, hi) in spans.items()}
+        if studies is None or new == within:
+            lines.append(f"  {text['new']}  {model}")
+        else:
+            lines.append(f"  {text['new']}  {model}  {new}")
+            lines.append(f"  {text['within']}  {model}  {within}")
     return lines
 
 
