@@ -1,16 +1,25 @@
-"""Seeded bootstrap intervals that respect how the items were drawn, vectorised with numpy.
+"""Seeded intervals that respect how the items were drawn, vectorised with numpy.
 
 Items of one eval are rarely independent: EBS cases come from a handful of
 studies, MicrobioRel pairs from shared paragraphs, IBF items from shared
 hazards. Following Miller, "Adding Error Bars to Evals" (arXiv:2411.00640),
-every interval here resamples whole clusters (a cluster bootstrap), keeping
-strata when a benchmark declares them. A resample is a ``(k, n)`` matrix of
-item weights (how often each item is drawn), so a statistic is computed for
-every resample at once, and a paired difference applies the same weights to
-both runs. With clusters, the percentile interval is widened by
-``sqrt(G/(G-1)) * t(G-1) / z`` (G clusters), the usual few-cluster correction;
-without clusters (``--cluster-by none``) it is the plain item bootstrap, the
-same draws and numbers as before clusters existed.
+every metric carries two intervals, each answering one question:
+
+- ``ci95``, on new clusters (new studies, paragraphs, hazards): with clusters,
+  ``point +/- t(df) * se``, where ``se`` is the bias-reduced cluster-robust (CR2)
+  standard error and ``df`` the Imbens-Kolesar degrees of freedom at the least
+  favourable intraclass correlation (:mod:`fieldeval.stats.robust`), kept inside
+  the metric's range and inside what any resample of the clusters can give;
+  without clusters (``--cluster-by none``), the percentile interval of the item
+  bootstrap;
+- ``ci95_within``, on more items from these clusters: the percentile interval of
+  the bootstrap of items within their clusters.
+
+A resample is a ``(k, n)`` matrix of item weights (how often each item is drawn),
+so a statistic is computed for every resample at once, and a paired difference
+applies the same weights to both runs. :class:`Evidence` keeps what the intervals
+rest on so that p-values (two-sided, and one-sided for the regression gate)
+answer the same questions.
 """
 
 from __future__ import annotations
