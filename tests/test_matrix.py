@@ -124,6 +124,12 @@ def test_the_suites_2x2_matrix_gives_four_aggregates_of_100_items_keyed_by_combi
     # fake-a always answers right, fake-b on even sites only: the aggregates are per combination
     assert entries["fake-a-t0.7"]["exact_match"]["value"] == 1.0
     assert entries["fake-b-t0"]["exact_match"]["value"] == 0.5
+    # fake-a's two temperatures answer alike (tied with the best); fake-b's half-wrong answers are below it
+    ranking = report["evals"]["tied_with_best"]["ebs"]
+    assert ranking["best"] == "fake-a-t0" and ranking["tied"] == ["fake-a-t0.7"], ranking
+    assert ranking["below"] == ["fake-b-t0", "fake-b-t0.7"] and ranking["family"] == 3
+    result.stdout.fnmatch_lines(["ebs.ontology_score: best fake-a-t0 (*); tied with it after Holm over 3 "
+                                 "comparisons: fake-a-t0.7; below it: fake-b-t0, fake-b-t0.7"])
     # each combination's calls went to its model at its temperature
     assert sorted({(c["model"], c["temperature"]) for c in calls}) == [
         ("fake-a", 0.0), ("fake-a", 0.7), ("fake-b", 0.0), ("fake-b", 0.7)]

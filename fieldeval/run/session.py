@@ -707,7 +707,8 @@ class EvalSession:
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
         hits = sum(entry["totals"]["cached_items"] for entries in out.values() for entry in entries.values())
         gates = gate_results(self.gates, out, on=self.options.gate_on, interval=self.options.gate_interval,
-                             ran=sorted({*self.selected, *out}), model_ids=model_ids({model for models in out.values() for model in models}))
+                             ran=sorted({*self.selected, *out}),
+                             model_ids=model_ids({model for models in out.values() for model in models}))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -720,6 +721,9 @@ class EvalSession:
         }
         if self.options.cluster_by != "benchmark":
             self._payload["cluster_by"] = self.options.cluster_by
+        ranking = self.rankings(out)
+        if ranking:
+            self._payload["tied_with_best"] = ranking
         from fieldeval.run.audit import run_audit  # the gold data's findings, once per session (payload is kept)
 
         self._payload["audit"] = run_audit(sorted({*self.selected, *out}), self.benchmark, self.context)
@@ -735,6 +739,20 @@ class EvalSession:
                                           tolerance=self.options.regression_tolerance,
                                           interval=self.options.gate_interval)
         return self._payload
+
+    def rankings(self, out: dict) -> dict:
+        """``{bench: ranking}`` for each benchmark two or more models (or matrix combinations) scored: the best by
+        its lead metric and those tied with it after Holm (:func:`fieldeval.stats.ranking.tied_with_best`)."""
+        from fieldeval.stats.ranking import tied_with_best
+
+        found = {}
+        for bench, models in out.items():
+            if len(models) > 1:
+                ranking = tied_with_best(bench, self.sorted_rows(bench), models, seed=self.options.seed,
+                                         resamples=self.options.resamples, cluster_by=self.options.cluster_by)
+                if ranking:
+                    found[bench] = ranking
+        return found
 
     def baseline_comparison(self) -> dict:
         """``{"run", "differences", "notes"}``: this run against ``--baseline-run``, paired by case."""

@@ -39,18 +39,19 @@ def format_metric(entry: dict | None) -> str:
 
 def interval_legend(name: str, models: dict) -> list[str]:
     """The line under a benchmark's table that names the question each interval answers, e.g. ``ebs intervals:
-    first on new studies (6 studies: approximate), second on more samples from these 6 studies``."""
-    called = benchmarks()[name].clusters_called
-    seen = {}
+    first on new studies (6 studies: approximate), second on more samples from these 6 studies`` (the counts of
+    the metric over the most items; one line per model where the models' counts differ)."""
+    bench = benchmarks()[name]
+    seen: dict[tuple[str, str], list[str]] = {}
     for model, entry in models.items():
-        for metric in benchmarks()[name].headline:
-            item = entry.get(metric)
-            if clustered(item) and "ci95_within" in item:
-                seen.setdefault(interval_names(item, called), model)
+        named = [entry[m] for m in bench.headline if clustered(entry.get(m)) and "ci95_within" in entry[m]]
+        if named:
+            widest = max(named, key=lambda e: (e["n"], e["n_clusters"]))
+            seen.setdefault(interval_names(widest, bench.clusters_called), []).append(model)
     lines = []
-    for (new, within), model in seen.items():
-        whose = f" ({model})" if len(seen) > 1 else ""
-        lines.append(f"{name} intervals{whose}: first {new}, second {within}")
+    for (new, within), whose in seen.items():
+        models_named = f" ({', '.join(whose)})" if len(seen) > 1 else ""
+        lines.append(f"{name} intervals{models_named}: first {new}, second {within}")
     return lines
 
 
@@ -149,6 +150,11 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
         console.print(table)
         for line in interval_legend(name, models) + bench.summary_notes(models) + few_cluster_notes(name, models):
             console.print(escape(line))
+    if payload.get("tied_with_best"):
+        from fieldeval.stats.ranking import tied_line
+
+        for bench, ranking in payload["tied_with_best"].items():
+            console.print(escape(tied_line(bench, ranking)))
     if payload.get("baseline"):
         from fieldeval.stats.paired import family_size
 

@@ -184,7 +184,10 @@ def _runs_compare(args: argparse.Namespace) -> int:
         store.check_scoring_rules(args.run_ids, allow_mixed=args.allow_mixed_rules)
         payload = store.compare(args.run_ids, allow_partial=args.allow_partial)
         paired = store.differences(args.run_ids[0], args.run_ids[1:], cluster_by=args.cluster_by)
+        rankings = _rankings(store, args.run_ids, cluster_by=args.cluster_by)
     payload["differences"] = paired["differences"]
+    if rankings:
+        payload["tied_with_best"] = rankings
     for note in paired["notes"]:
         print(f"fieldeval: {note}", file=sys.stderr)
     if args.json:
@@ -231,9 +234,41 @@ def _runs_compare(args: argparse.Namespace) -> int:
         thin = sorted({(d["benchmark"], d["n_clusters"]) for d in payload["differences"]
                        if d.get("n_clusters") is not None and d["n_clusters"] < FEW_CLUSTERS})
         for bench, clusters in thin:
-            print(f"note: {bench}'s differences rest on {clusters} clusters (under {FEW_CLUSTERS}): the intervals "
-                  "on new clusters are wide and approximate")
+            console.print(escape(f"note: {bench}'s differences rest on {clusters} clusters (under {FEW_CLUSTERS}): "
+                                 "the intervals on new clusters are wide and approximate"))
+    if rankings:
+        from fieldeval.stats.ranking import tied_line
+
+        for run_id, by_bench in rankings.items():
+            for bench, ranking in by_bench.items():
+                console.print(escape(f"run {run_id}: {tied_line(bench, ranking)}"), crop=False, soft_wrap=True)
     return 0
+
+
+def _rankings(store, run_ids, *, cluster_by: str | None) -> dict[str, dict]:
+    """``{run_id: {bench: ranking}}`` for each run of two or more models (or matrix combinations) in a
+    benchmark: the best by its lead metric and those tied with it after Holm."""
+    from fieldeval.benchmark import benchmarks
+    from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+    from fieldeval.stats.ranking import tied_with_best
+
+    installed = benchmarks()
+    out: dict[str, dict] = {}
+    for run_id in dict.fromkeys(run_ids):
+        metrics = store.get_run(run_id)["metrics"]
+        several = [b for b, models in metrics.items() if len(models) > 1 and b in installed]
+        if not several:
+            continue
+        settings = store.run_settings(run_id)
+        rows = store.run_rows(run_id)
+        for bench in several:
+            ranking = tied_with_best(bench, rows.get(bench, []), metrics[bench],
+                                     seed=int(settings.get("seed") or DEFAULT_SEED),
+                                     resamples=int(settings.get("resamples") or DEFAULT_RESAMPLES),
+                                     cluster_by=cluster_by or settings.get("cluster_by") or "benchmark")
+            if ranking:
+                out.setdefault(run_id, {})[bench] = ranking
+    return out
 
 
 def _runs_merge(args: argparse.Namespace) -> int:
