@@ -413,3 +413,15 @@ def test_power_takes_epochs_into_account(project):
     more, _ = needed("--epochs", "16")
     one, _ = needed("--epochs", "1")
     assert more < as_run < one  # sampling noise dominates: more answers per item, fewer items needed
+
+
+def test_a_models_own_thresholds_gate_each_of_its_combinations(project):
+    """A table for fake-b reaches fake-b-t0 and fake-b-t0.7; fake-a's combinations take the "*" default."""
+    (project.path / "pyproject.toml").write_text(
+        '[tool.fieldeval.thresholds."*"]\n"ebs.exact_match" = 0.1\n\n'
+        '[tool.fieldeval.thresholds."fake-b"]\n"ebs.exact_match" = 0.9\n')
+    result, report, _ = _run(project, "--matrix")
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    gates = {(g["model"], g["threshold"]): g["passed"] for g in report["evals"]["gates"] if g["metric"] == "ebs.exact_match"}
+    assert gates == {("fake-a-t0", 0.1): True, ("fake-a-t0.7", 0.1): True,
+                     ("fake-b-t0", 0.9): False, ("fake-b-t0.7", 0.9): False}

@@ -707,8 +707,7 @@ class EvalSession:
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
         hits = sum(entry["totals"]["cached_items"] for entries in out.values() for entry in entries.values())
         gates = gate_results(self.gates, out, on=self.options.gate_on, interval=self.options.gate_interval,
-                             ran=sorted({*self.selected, *out}),
-                             model_ids=model_ids({model for models in out.values() for model in models}))
+                             ran=sorted({*self.selected, *out}), model_ids=self.gated_models(out))
         self._payload = {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -739,6 +738,16 @@ class EvalSession:
                                           tolerance=self.options.regression_tolerance,
                                           interval=self.options.gate_interval)
         return self._payload
+
+    def gated_models(self, out: dict) -> dict[str, str]:
+        """The model id each reported name is gated as: an llm alias's model id, and a matrix combination's
+        (``gpt-4o-mini-t0.7``) model's, so a model's thresholds reach every combination of it."""
+        names = {model for models in out.values() for model in models}
+        combos = {str(c): c.model for bench in out for c in self.models_for(bench) if hasattr(c, "model")}
+        ids = model_ids(names | set(combos.values()))
+        found = {name: ids[name] for name in names if name in ids}
+        found.update({label: ids.get(model, model) for label, model in combos.items() if label in names})
+        return found
 
     def rankings(self, out: dict) -> dict:
         """``{bench: ranking}`` for each benchmark two or more models (or matrix combinations) scored: the best by
