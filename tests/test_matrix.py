@@ -182,6 +182,8 @@ def test_epochs_ask_each_item_k_times_cached_apart_and_a_rerun_replays_them_all(
     entry = report["evals"]["benchmarks"]["ebs"]["fake-a-t0.7"]
     assert entry["items"] == CASES and entry["epochs"]["k"] == 3
     assert entry["epochs"]["variance"]["within"] == 0.0  # the fake answers the same every time
+    # the progress counts answers and says how many items they are
+    result.stdout.fnmatch_lines([f"*ebs fake-a-t0.7: {3 * CASES}/{3 * CASES} answers ({CASES} items x 3 epochs)*"])
     import sqlite3
 
     keys = sqlite3.connect(project.path / "reports" / "responses.sqlite").execute(

@@ -30,6 +30,7 @@ class Progress:
     status: str = "running"
     clock: Callable[[], float] = time.monotonic
     first_done: dict[Key, float] = field(default_factory=dict)
+    epochs_of: Callable[[Key], int] = lambda key: 1  # answers per item (``--epochs``): counts are of answers
 
     def plan(self, keys: list[Key]) -> None:
         """Set the planned items from the collected ``(benchmark, model)`` of each item."""
@@ -57,16 +58,22 @@ class Progress:
         return (self.done[key] - 1) / elapsed
 
     def line(self, key: Key) -> str:
-        """``ebs gpt-4o-mini: 40/100 items, 2 errors, 3.1 items/s, 19 s left``."""
+        """``ebs gpt-4o-mini: 40/100 items, 2 errors, 3.1 items/s, 19 s left``; with ``--epochs 3``,
+        ``ebs m-t0.7: 40/300 answers (100 items x 3 epochs), ...``."""
         done, total = self.done[key], self.planned.get(key, 0)
         rate = self.rate(key)
+        epochs = self.epochs_of(key)
+        unit = "items" if epochs <= 1 else "answers"
         if done >= total:
-            pace = "done" if rate is None else f"{rate:.1f} items/s, done"
+            pace = "done" if rate is None else f"{rate:.1f} {unit}/s, done"
         elif rate is None:
             pace = "estimating"
         else:
-            pace = f"{rate:.1f} items/s, {(total - done) / rate:.0f} s left"
-        return f"{key[0]} {key[1]}: {done}/{total} items, {self.errors[key]} error(s), {pace}"
+            pace = f"{rate:.1f} {unit}/s, {(total - done) / rate:.0f} s left"
+        counts = f"{done}/{total} {unit}"
+        if epochs > 1:
+            counts += f" ({round(total / epochs)} items x {epochs} epochs)"
+        return f"{key[0]} {key[1]}: {counts}, {self.errors[key]} error(s), {pace}"
 
     def as_dict(self) -> dict:
         """The ``--progress-file`` payload."""

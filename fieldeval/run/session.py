@@ -85,7 +85,7 @@ class EvalSession:
         self.error_details: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
         self.failed_items: list[dict] = []  # the store's errored items: benchmark, model, item, error_class, message
         self.status = "running"
-        self.progress = Progress()
+        self.progress = Progress(epochs_of=self.epochs_of)
         self._contexts: dict[str, Any] = {}
         self._payload: dict | None = None
         self._pool = None
