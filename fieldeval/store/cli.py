@@ -217,19 +217,21 @@ def _runs_compare(args: argparse.Namespace) -> int:
 
         family = family_size(payload["differences"])
         diff_table = Table(title=escape(f"paired differences against {args.run_ids[0]} (run - base): {family} "
-                                        "comparisons, * where the Holm-adjusted p is below 0.05"),
-                           title_justify="left")
-        wide = ("on new clusters (ci95)", "on more samples from these")
-        for column in ["benchmark", "metric", "model", "run", *wide, "p", "p (Holm)", "items", "clusters"]:
+                                        "comparisons; each difference with its ci95 on new clusters, then on more "
+                                        "samples from these clusters; p, then Holm-adjusted p; * where that is "
+                                        "below 0.05"), title_justify="left")
+        wide = "run - base"
+        for column in ["benchmark", "metric", "model", "run", wide, "p (Holm)", "items / clusters"]:
             if column == "run":
                 _add_run_id_column(diff_table, column, [d["run"] for d in payload["differences"]])
                 continue
             diff_table.add_column(column, justify="left" if column in ("benchmark", "metric", "model") else "right",
-                                  no_wrap=column in wide, overflow="fold")
-        for d in payload["differences"]:
+                                  no_wrap=column == wide, overflow="fold", min_width=3)
+        for d in payload["differences"]:  # each interval on a line of its own, so the table fits 80 columns
             diff_table.add_row(escape(d["benchmark"]), escape(d["metric"]), escape(d["model"]), escape(d["run"]),
-                               format_difference(d), span(d.get("ci95_within"), sign=True), format_p(d.get("p_value")),
-                               format_p(d.get("p_holm")), str(d["n_items"]), str(d["n_clusters"]))
+                               f"{format_difference(d)}\n{span(d.get('ci95_within'), sign=True)}",
+                               f"{format_p(d.get('p_value'))}\n({format_p(d.get('p_holm'))})",
+                               f"{d['n_items']} / {d['n_clusters']}")
         console.print(diff_table, crop=False)
         thin = sorted({(d["benchmark"], d["n_clusters"]) for d in payload["differences"]
                        if d.get("n_clusters") is not None and d["n_clusters"] < FEW_CLUSTERS})
