@@ -77,3 +77,15 @@ def test_score_ebs_clusters_by_the_study_line_and_names_both_intervals(tmp_path)
             in block)
     assert (f"  {entry['ci95_within'][0]:.3f}-{entry['ci95_within'][1]:.3f}  m  on more samples from these 4 "
             "studies" in block)
+
+
+def test_a_results_tables_studies_come_from_its_original_input_or_its_prompt():
+    import pandas as pd
+
+    from fieldeval.benchmarks.ebs.tables import table_studies
+
+    df = pd.DataFrame({"case_original_input": ["{'study_name': 'Soil warming', 'sampleData': 'soil_data'}",
+                                               '{"study": "Peat bog"}', None],
+                       "case_input": ["x", "y", "Predict.\nStudy: Lake Erie (AY9)\nDescription: z"]})
+    assert table_studies(df) == ["Soil warming", "Peat bog", "Lake Erie"]
+    assert table_studies(df.iloc[:, :1]) is None  # the third row names no study: rows count as independent

@@ -265,32 +265,35 @@ def summary_lines(df) -> list[str]:
     return lines
 
 
+STUDY_FIELD = re.compile(r"""['"]study(?:_name)?['"]\s*:\s*(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""")
+
+
 def table_studies(df) -> list[str] | None:
     """Each row's study, from its ``case_original_input`` (``study_name``) or the ``Study:`` line of its prompt
-    (``case_input``, ``input`` or ``prompt``); None when some row names none (its items count as independent)."""
-    import ast
+    (``case_input``, ``input`` or ``prompt``); None when some row names none (its items count as independent).
 
+    Each distinct cell is read once (a results table repeats its cases once per model).
+    """
     from fieldeval.benchmarks.ebs.suite import study_of
 
-    prompts = [c for c in ("case_input", "input", "prompt") if c in df.columns]
-    studies = []
-    for _, row in df.iterrows():
-        found = ""
-        original = row.get("case_original_input")
-        if isinstance(original, str) and original.strip().startswith("{"):
-            try:
-                parsed = ast.literal_eval(original)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                parsed = None
-            if isinstance(parsed, dict):
-                found = str(parsed.get("study_name") or parsed.get("study") or "")
-        for column in prompts:
-            if not found and isinstance(row.get(column), str):
-                found = study_of({"input": row[column]})
-        if not found:
-            return None
-        studies.append(found)
-    return studies
+    def from_original(text: str) -> str:
+        found = STUDY_FIELD.search(text)
+        return (found.group(1) or found.group(2) or "") if found else ""
+
+    readers = [("case_original_input", from_original)]
+    readers += [(c, lambda text: study_of({"input": text})) for c in ("case_input", "input", "prompt")]
+    studies = [""] * len(df)
+    for column, read in readers:
+        if column not in df.columns or all(studies):
+            continue
+        cells = df[column].tolist()
+        seen: dict[object, str] = {}
+        for i, cell in enumerate(cells):
+            if not studies[i] and isinstance(cell, str):
+                if cell not in seen:
+                    seen[cell] = read(cell)
+                studies[i] = seen[cell]
+    return studies if all(studies) else None
 
 
 def ontology_score_intervals(df, key: str, models: Sequence[str]) -> list[str]:
