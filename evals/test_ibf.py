@@ -11,32 +11,35 @@ from __future__ import annotations
 import pytest
 
 from fieldeval import completion_fields
+from fieldeval.benchmarks.ibf.judge import ask, median_score
 from fieldeval.benchmarks.ibf.prompts import JUDGE_SYSTEM, SYSTEM_PROMPT, judge_prompt, render_prompt
-from scorers.ibf import parse_judgement, score_reference
+from scorers.ibf import score_reference
 
 
 
 def solve(case, model, client):
-    """The model work of one item: the answer, then (with ``--judge-model``) the judgement; both completions."""
+    """The model work of one item: the answer, then (with ``--judge-model``) its ``--judge-epochs`` judgements."""
     context = client.context
     completion = client.complete(model, render_prompt(case), system=SYSTEM_PROMPT,
                                  temperature=context.temperature, max_tokens=context.max_tokens)
-    verdict = None
+    verdicts = []
     if context.judge_model:
-        verdict = client.complete(context.judge_model, judge_prompt(case, completion.text), system=JUDGE_SYSTEM,
-                                  temperature=0.0, schema=context.judge_schema)
-    return completion, verdict
+        verdicts = ask(client, context.judge_model, judge_prompt(case, completion.text), system=JUDGE_SYSTEM,
+                       schema=context.judge_schema, epochs=context.judge_epochs)
+    return completion, verdicts
 
 
 pytestmark = pytest.mark.fieldeval(benchmark="ibf", solver=solve)
 
 
 def test_ibf(case, model, context, answer, record):
-    completion, verdict = answer
-    judge_response = None
-    if verdict is not None:
-        judge_response = verdict.text
-        score = parse_judgement(verdict.text, scorer=f"judge:{context.judge_model}")
+    completion, verdicts = answer
+    judge_response, repeats = None, {}
+    if verdicts:
+        judge_response = verdicts[0].text
+        score, judged = median_score([v.text for v in verdicts], scorer=f"judge:{context.judge_model}")
+        if len(verdicts) > 1:
+            repeats = {"judge_repeats": judged}
     else:
         score = score_reference(completion.text, case.references.model_dump())
     record(
@@ -50,4 +53,5 @@ def test_ibf(case, model, context, answer, record):
         **score.as_dict(),
         evidence=score.evidence,
         **completion_fields(completion),
+        **repeats,
     )

@@ -73,10 +73,13 @@ class RunMeta:
     Attributes:
         corpus_version: the suite, corpus or split tag, e.g. ``ibf-v1.0``.
         content_hash: ``sha256:<hex>`` of the data the cases came from.
+        scoring: what the benchmark measured about its own scorer before the items ran (IBF: the judge's
+            agreement with people), kept in the report's ``scoring`` and the stored run's settings.
     """
 
     corpus_version: str | None = None
     content_hash: str | None = None
+    scoring: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

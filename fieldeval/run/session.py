@@ -723,6 +723,9 @@ class EvalSession:
         ranking = self.rankings(out)
         if ranking:
             self._payload["tied_with_best"] = ranking
+        scoring = self.scoring()
+        if scoring:
+            self._payload["scoring"] = scoring
         from fieldeval.run.audit import run_audit  # the gold data's findings, once per session (payload is kept)
 
         self._payload["audit"] = run_audit(sorted({*self.selected, *out}), self.benchmark, self.context)
@@ -747,6 +750,16 @@ class EvalSession:
         ids = model_ids(names | set(combos.values()))
         found = {name: ids[name] for name in names if name in ids}
         found.update({label: ids.get(model, model) for label, model in combos.items() if label in names})
+        return found
+
+    def scoring(self) -> dict:
+        """``{bench: ...}``: what each selected benchmark measured about its scorer before the items ran (IBF: the
+        judge's agreement with people, from ``--judge-graded``)."""
+        found = {}
+        for name in sorted(self.selected):
+            meta = self.benchmark(name).run_meta(self.context(name))
+            if meta.scoring:
+                found[name] = dict(meta.scoring)
         return found
 
     def rankings(self, out: dict) -> dict:

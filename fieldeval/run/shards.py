@@ -48,6 +48,7 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
         "ontology_version": session.payload().get("ontology_version"),
         "corpus_versions": {name: meta.corpus_version for name, meta in metas.items()},
         "content_hashes": {name: meta.content_hash for name, meta in metas.items()},
+        "scoring": {name: meta.scoring for name, meta in metas.items() if meta.scoring},
         "benchmark_options": {name: dataclasses.asdict(session.bench_options[name]) for name in session.selected},
         "fail_under": list(session.options.fail_under),
         "gate_on": session.options.gate_on,

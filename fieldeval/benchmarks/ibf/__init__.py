@@ -38,6 +38,17 @@ class IbfOptions:
     judge_model: str | None = field(default=None, metadata=option(
         "--judge-model", metavar="MODEL",
         help="llm model that grades IBF responses (default: the offline reference scorer)"))
+    judge_graded: str | None = field(default=None, metadata=option(
+        "--judge-graded", metavar="FILE",
+        help="people's rubric grades (JSON lines, as `fieldeval agreement` reads them): measure --judge-model "
+             "against them before any item runs, and keep the agreement with the run"))
+    judge_min_agreement: float | None = field(default=None, metadata=option(
+        "--judge-min-agreement", metavar="A", type=float,
+        help="refuse to score when any dimension's Krippendorff alpha on --judge-graded is below A "
+             "(default: [tool.fieldeval.judge] min_agreement, else no floor)"))
+    judge_epochs: int = field(default=1, metadata=option(
+        "--judge-epochs", metavar="K",
+        help="ask the judge K times per response (each its own cache key) and score by the median (default: 1)"))
     temperature: float = field(default=DEFAULT_TEMPERATURE, metadata=option(
         "--ibf-temperature", metavar="T", help=f"temperature for IBF answers (default: {DEFAULT_TEMPERATURE})"))
     max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
@@ -53,6 +64,8 @@ class IbfContext:
     temperature: float
     max_tokens: int
     judge_schema: dict
+    judge_epochs: int = 1
+    judge_agreement: dict | None = None  # the judge measured against people (--judge-graded)
 
 
 def load(options: IbfOptions) -> IbfContext:
@@ -61,10 +74,18 @@ def load(options: IbfOptions) -> IbfContext:
 
     if options.max_tokens < 1:
         raise UsageError(f"--ibf-max-tokens {options.max_tokens}: must be at least 1")
-    if options.judge_model:
-        resolve_model(options.judge_model, flag="--judge-model")
+    from fieldeval.benchmarks.ibf.judge import check_options, measure, min_agreement_setting
+
+    judge = options.judge_model or None
+    floor = min_agreement_setting(options.judge_min_agreement) if options.judge_graded or \
+        options.judge_min_agreement is not None else None
+    check_options(judge, options.judge_graded, floor, options.judge_epochs)
+    if judge:
+        resolve_model(judge, flag="--judge-model")
     corpus = load_corpus(options.corpus, options.corpus_version)
-    return IbfContext(corpus, options.judge_model or None, options.temperature, options.max_tokens, JUDGE_SCHEMA)
+    measured = measure(judge, options.judge_graded, corpus, min_agreement=floor) if options.judge_graded else None
+    return IbfContext(corpus, judge, options.temperature, options.max_tokens, JUDGE_SCHEMA,
+                      judge_epochs=options.judge_epochs, judge_agreement=measured)
 
 
 def _cases(context: IbfContext) -> tuple[IbfItem, ...]:
@@ -77,7 +98,9 @@ def _hazard(item: IbfItem) -> str | None:
 
 
 def _run_meta(context: IbfContext) -> RunMeta:
-    return RunMeta(corpus_version=context.corpus.version, content_hash=f"sha256:{context.corpus.sha256}")
+    scoring = {"judge_agreement": context.judge_agreement} if context.judge_agreement else None
+    return RunMeta(corpus_version=context.corpus.version, content_hash=f"sha256:{context.corpus.sha256}",
+                   scoring=scoring)
 
 
 BENCHMARK = Benchmark(
