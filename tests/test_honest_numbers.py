@@ -4,6 +4,7 @@ partial runs, resume, and a merge that refuses an incomplete union of shards."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -117,6 +118,9 @@ def test_clusters_paired_compare_and_the_regression_gate_both_ways(project):
         in base.stdout
     shown = json.loads(_fieldeval(project, "runs", "show", "run_base", "--json").stdout)
     assert shown["metrics"]["ebs"]["fake-ebs"]["ontology_score"]["n_clusters"] == 4
+    assert shown["metrics"]["ebs"]["fake-ebs"]["ontology_score"]["ci95_within"] == entry["ontology_score"]["ci95_within"]
+    assert "ebs intervals: first on new studies (4 studies: approximate), second on more samples from these 4 " \
+        "studies" in _fieldeval(project, "runs", "show", "run_base").stdout
 
     (project.path / "worse-Iowa").touch()  # every study loses its exact Iowa answer
     worse = _pytest(project, "--run-id", "run_worse", "--baseline-run", "run_base")
@@ -156,7 +160,19 @@ def test_clusters_paired_compare_and_the_regression_gate_both_ways(project):
     assert report.returncode == 0, report.stderr
     html = (project.path / "report.html").read_text()
     assert "Paired differences against run_base" in html and "-0.333" in html
-    assert "run_worse ebs fake-ebs: 12 items in only 4" in html
+    assert "run_worse ebs fake-ebs: 12 items in only 4 studies (under 10): the intervals on new studies" in html
+    # the page marks what `runs compare` marks, by the Holm-adjusted p over the same family, and names both intervals
+    family = sum(1 for d in diffs.values() if d["p_value"] is not None)
+    assert f"{family} comparisons; * marks a" in html
+    rows = {re.search(r'data-label="metric">([a-z_]+)<', row).group(1): row
+            for row in re.findall(r"<tr class=\"[a-z]*\">.*?</tr>", html, flags=re.S) if 'data-label="metric"' in row}
+    assert rows["ontology_score"].startswith('<tr class="significant">')
+    assert f"({within[0]:.3f}&ndash;{within[1]:.3f})" in rows["ontology_score"]
+    assert ">4 studies <" in rows["ontology_score"]
+    assert "ebs intervals: first interval on new studies (4 studies: approximate), second on more samples from " \
+           "these 4 studies" in html
+    base_score = entry["ontology_score"]
+    assert f'({base_score["ci95_within"][0]:.3f}&ndash;{base_score["ci95_within"][1]:.3f})' in html
 
 
 def _responses(project: pytest.Pytester, run_id: str) -> list[dict]:

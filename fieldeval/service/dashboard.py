@@ -45,10 +45,16 @@ def script_json(value: Any) -> Markup:
 
 
 def _metric(entry: dict[str, Any] | None) -> dict[str, Any]:
-    """``{"value", "lo", "hi"}`` of a stored metric entry (all None when absent)."""
+    """``{"value", "lo", "hi", "within"}`` of a stored metric entry (all None when absent): ``lo``-``hi`` its ci95
+    on new clusters, ``within`` its ``ci95_within`` (on more items from the same clusters) when its items came
+    in clusters, else None."""
+    from fieldeval.stats.wording import clustered
+
     entry = entry or {}
     ci = entry.get("ci95") or [None, None]
-    return {"value": entry.get("value"), "lo": ci[0], "hi": ci[1]}
+    within = entry.get("ci95_within") if clustered(entry) else None
+    return {"value": entry.get("value"), "lo": ci[0], "hi": ci[1],
+            "within": list(within) if within and within[0] is not None else None}
 
 
 def wilson(count: int, total: int) -> dict[str, Any]:
@@ -122,34 +128,66 @@ def _entries(run: dict[str, Any], known: dict[str, Benchmark]) -> dict[str, list
 
 
 def differences(store, base: str | None, run_ids: list[str]) -> dict[str, Any] | None:
-    """Each run's paired differences against ``base`` (run - base, ci95), or None without a base."""
+    """Each run's paired differences against ``base`` (run - base), or None without a base: both intervals, the
+    Holm-adjusted p over all of them (``family`` comparisons) and whether that marks the difference."""
     if not base:
         return None
-    from fieldeval.stats.paired import excludes_zero
     from fieldeval.stats import FEW_CLUSTERS
+    from fieldeval.stats.paired import family_size, significant
 
     try:
         found = store.differences(base, [r for r in run_ids if r != base])
     except UsageError as error:  # an unknown base run: said on the page, not a server error
-        return {"base": base, "rows": [], "notes": [str(error)]}
-    rows = [{**d, "excludes_zero": excludes_zero(d), "few_clusters": (d["n_clusters"] or 0) < FEW_CLUSTERS}
+        return {"base": base, "rows": [], "notes": [str(error)], "family": 0}
+    known = benchmarks()
+    rows = [{**d, "significant": significant(d), "few_clusters": (d["n_clusters"] or 0) < FEW_CLUSTERS,
+             "within": d.get("ci95_within") if (d["n_clusters"] or 0) < (d["n_items"] or 0) else None,
+             "called": known[d["benchmark"]].clusters_called if d["benchmark"] in known else "clusters"}
             for d in found["differences"]]
-    return {"base": base, "rows": rows, "notes": found["notes"]}
+    return {"base": base, "rows": rows, "notes": found["notes"], "family": family_size(found["differences"])}
+
+
+def interval_legends(records: list[dict[str, Any]]) -> dict[str, str]:
+    """``{benchmark: "first interval on new studies (6 studies: approximate), second on more samples from these
+    6 studies"}`` for each benchmark of the shown runs whose items came in clusters (the headline metric over the
+    most items names the counts)."""
+    from fieldeval.stats.wording import clustered, interval_names
+
+    known = benchmarks()
+    widest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for bench, by_model in record["metrics"].items():
+            if bench not in known:
+                continue
+            for metrics in by_model.values():
+                for name in record["headline"].get(bench, []):
+                    entry = metrics.get(name)
+                    if clustered(entry) and "ci95_within" in entry and (
+                            bench not in widest or (entry["n"], entry["n_clusters"]) >
+                            (widest[bench]["n"], widest[bench]["n_clusters"])):
+                        widest[bench] = entry
+    out = {}
+    for bench, entry in widest.items():
+        new, within = interval_names(entry, known[bench].clusters_called)
+        out[bench] = f"first interval {new}, second {within}"
+    return out
 
 
 def few_cluster_notes(run: dict[str, Any]) -> list[str]:
     """One line per benchmark and model of a stored run whose headline intervals rest on under 10 clusters."""
     from fieldeval.stats import FEW_CLUSTERS, few_clusters
 
+    known = benchmarks()
     lines = []
     for bench, by_model in run["metrics"].items():
+        called = known[bench].clusters_called if bench in known else "clusters"
         for model, metrics in by_model.items():
             thin = [(metrics[m]["n"], metrics[m]["n_clusters"]) for m in run["headline"].get(bench, [])
                     if few_clusters(metrics.get(m))]
             if thin:
                 items, clusters = max(thin)
-                lines.append(f"{run['run_id']} {bench} {model}: {items} items in only {clusters} clusters "
-                             f"(under {FEW_CLUSTERS}): the intervals are wide and approximate")
+                lines.append(f"{run['run_id']} {bench} {model}: {items} items in only {clusters} {called} "
+                             f"(under {FEW_CLUSTERS}): the intervals on new {called} are wide and approximate")
     return lines
 
 
@@ -229,7 +267,8 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
     paired = differences(store, base, [r["run_id"] for r in runs if r["run_id"] in records and
                                        r["status"] in ("completed", "partial")])
     return {"runs": runs, "details": details, "data": script_json(data), "live": live,
-            "differences": paired, "cluster_notes": cluster_notes, "stored_runs": [summary.run_id for summary in store.list_runs()],
+            "differences": paired, "cluster_notes": cluster_notes, "legends": interval_legends(list(records.values())),
+            "stored_runs": [summary.run_id for summary in store.list_runs()],
             "diff": diff_sections(store, base, run) if live else None, "base": base,
             "faces": {face["name"]: face for face in faces}, "available": data["available"],
             "audits": audit_groups(list(records.values())),
@@ -258,9 +297,12 @@ def render(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = F
     """
     from jinja2 import Environment, PackageLoader, select_autoescape
 
+    from fieldeval.run.summary import format_p
+
     env = Environment(loader=PackageLoader("fieldeval.service", "templates"),
                       autoescape=select_autoescape(["html"], default_for_string=True, default=True))
     env.filters["num"] = lambda value, digits=3: "-" if value is None else f"{value:.{digits}f}"
+    env.filters["pvalue"] = format_p
     script = (files("fieldeval.service") / "templates" / "dashboard.js").read_text(encoding="utf-8")
     plotly = None if live else Markup(plotly_path().read_text(encoding="utf-8").replace("</script", "<\\/script"))
     env.globals["item_href"] = item_href

@@ -311,7 +311,8 @@ class RunStore:
 
         Returns:
             The evaluations columns (times as ISO strings), ``corpus_versions`` and ``headline`` by
-            benchmark, ``metrics`` as ``{bench: {model: {metric: {"value", "ci95", "n"}}}}``,
+            benchmark, ``metrics`` as ``{bench: {model: {metric: {"value", "ci95", "n", "n_clusters"}}}}`` (plus
+            ``ci95_within`` where the saved report has it),
             ``responses`` (the count), ``errors`` (``[{"benchmark", "model", "item_id", "error_class",
             "message"}]``, in the order saved), ``legacy``, and the saved ``payload``.
 
@@ -350,9 +351,11 @@ class RunStore:
                 "value": m.value, "ci95": [m.ci_lo, m.ci_hi], "n": m.n, "n_clusters": None}
         for bench, entries in ((run.get("payload") or {}).get("benchmarks") or {}).items():
             for model, entry in entries.items():
-                for name, value in metric_entries(entry):  # n_clusters lives in the saved payload
+                for name, value in metric_entries(entry):  # n_clusters and ci95_within live in the saved payload
                     if name in metrics.get(bench, {}).get(model, {}):
                         metrics[bench][model][name]["n_clusters"] = value.get("n_clusters")
+                        if value.get("ci95_within") is not None:
+                            metrics[bench][model][name]["ci95_within"] = list(value["ci95_within"])
         run["metrics"] = metrics
         if run.get("totals"):  # kept in full precision, shown as the report shows it
             run["totals"] = {model: shown(total) for model, total in run["totals"].items()}
