@@ -82,6 +82,11 @@ def create_engine(url: sa.URL, *, connect_timeout_s: int = 10) -> Engine:
     """The engine for a resolved store URL (see :func:`resolve_url`)."""
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
+    try:
+        import psycopg  # noqa: F401  (the [postgres] extra)
+    except ImportError:
+        raise UsageError(f"--store {url.render_as_string(hide_password=True)!r}: the PostgreSQL driver (psycopg) "
+                         "is not installed; pip install 'fieldeval[postgres]'") from None
     query = dict(url.query)
     query.setdefault("connect_timeout", str(connect_timeout_s))
     return sa.create_engine(url.set(query=query), pool_pre_ping=True)
