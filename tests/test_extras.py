@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from fieldeval.errors import UsageError
 from fieldeval.store.url import create_engine, resolve_url
@@ -16,7 +17,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def _names(requirements):
-    return {req.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for req in requirements}
+    return {Requirement(req).name.lower() for req in requirements}
 
 
 def test_the_core_install_brings_no_test_tools_and_no_database_driver():
