@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmark import Benchmark, Chart, CliGroups, Dashboard, Metric, RunMeta, StoreColumns, get_benchmark, option
-from fieldeval.calls.client import Completion, ModelClient, complete, completion_fields
-from fieldeval.errors import UsageError
-from fieldeval.calls.failures import ModelCallError
-from fieldeval.inputs import write_tsv
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fieldeval.benchmark import (Benchmark, Chart, CliGroups, Dashboard, Metric, RunMeta, StoreColumns,
+                                     get_benchmark, option)
+    from fieldeval.calls.client import Completion, ModelClient, complete, completion_fields
+    from fieldeval.calls.failures import ModelCallError
+    from fieldeval.errors import UsageError
+    from fieldeval.inputs import write_tsv
+
+# each public name and the module it lives in: imported when first used, so that the pytest plugin, which every
+# pytest session in the environment loads, does not import the call engine
+_HOMES = {
+    **dict.fromkeys(("Benchmark", "Chart", "CliGroups", "Dashboard", "Metric", "RunMeta", "StoreColumns",
+                     "get_benchmark", "option"), "fieldeval.benchmark"),
+    **dict.fromkeys(("Completion", "ModelClient", "complete", "completion_fields"), "fieldeval.calls.client"),
+    "ModelCallError": "fieldeval.calls.failures",
+    "UsageError": "fieldeval.errors",
+    "write_tsv": "fieldeval.inputs",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'fieldeval' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def items_frame(run_id: str, store=None):

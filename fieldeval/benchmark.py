@@ -168,6 +168,39 @@ class Dashboard:
     charts: tuple[Chart, ...] = ()
 
 
+class lazy:  # noqa: N801  (used as a function: ``load=lazy("pkg.module:load")``)
+    """A callable standing for ``module:attr``, imported at its first call.
+
+    A benchmark's face names its functions this way so that reading the face (as the pytest plugin does to
+    register options, in every pytest session of the environment) imports none of them.
+    """
+
+    __slots__ = ("ref", "_target")
+
+    def __init__(self, ref: str) -> None:
+        module, sep, attr = ref.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"lazy({ref!r}): name a module and an attribute, e.g. 'pkg.tables:aggregate'")
+        self.ref = ref
+        self._target: Callable[..., Any] | None = None
+
+    @property
+    def target(self) -> Callable[..., Any]:
+        """The function itself (imported now, if it was not yet)."""
+        if self._target is None:
+            import importlib
+
+            module, _, attr = self.ref.partition(":")
+            self._target = getattr(importlib.import_module(module), attr)
+        return self._target
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.target(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.ref!r})"
+
+
 def _no_explanation(row: Mapping[str, Any]) -> str:
     return ""
 

@@ -19,30 +19,34 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-import fieldeval.store.core  # noqa: F401  (the controller stores every run: the store comes with the plugin)
-from fieldeval.benchmark import benchmarks, case_ids
+from fieldeval.benchmark import benchmarks
+from fieldeval.defaults import CASE_KEY, DEFAULT_REPORT, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY
 from fieldeval.errors import UsageError, exit_on_usage_error
-from fieldeval.calls.failures import ModelCallError
-from fieldeval.run.options import DEFAULT_REPORT, add_options, parse_options
-from fieldeval.run.lean import (ReportReleaser, release_deselected, release_items, release_syrupy_items, slim_items,
-                                trim_heap)
-from fieldeval.run import resume
-from fieldeval.run.runfiles import RunFiles, trim_report
-from fieldeval.run.session import CASE_KEY, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY, EvalSession
-from fieldeval.run.signals import Interrupts
-from fieldeval.store.registry import use_session_store
+from fieldeval.run.options import add_options, parse_options
 
+if TYPE_CHECKING:
+    from fieldeval.calls.failures import ModelCallError
+    from fieldeval.run.runfiles import RunFiles
+    from fieldeval.run.session import EvalSession
+    from fieldeval.run.signals import Interrupts
+
+# The plugin loads with every pytest session of the environment. Only this module, the option declarations and
+# the benchmarks' faces load then; the engine (numpy, SQLAlchemy, the call engine) is imported once the command
+# line names an eval module (pytest_configure), so a session without evals does not pay for it.
 JSON_REPORT_DEFAULT_FILE = ".report.json"
 SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
 FREEZE_ABOVE_ITEMS = 1_000  # sessions this large freeze the collected objects (gc.freeze) and what is left at exit
 SESSION_DIR_KEY = "fieldeval_session_dir"
 
-_SESSION = pytest.StashKey[EvalSession]()
-_FILES = pytest.StashKey[RunFiles]()
-_SIGNALS = pytest.StashKey[Interrupts]()
-_ANSWER_ERROR = pytest.StashKey[ModelCallError]()
+_SESSION = pytest.StashKey["EvalSession"]()
+_FILES = pytest.StashKey["RunFiles"]()
+_SIGNALS = pytest.StashKey["Interrupts"]()
+_ANSWER_ERROR = pytest.StashKey["ModelCallError"]()
+_MODULES = pytest.StashKey[dict[str, tuple[str, ...]]]()  # eval modules (node id paths) and their benchmarks
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:
@@ -51,8 +55,17 @@ def is_xdist_worker(config: pytest.Config) -> bool:
 
 
 def eval_session(config: pytest.Config) -> EvalSession:
-    """The session object the plugin keeps on ``config``."""
-    return config.stash[_SESSION]
+    """The session object the plugin keeps on ``config``; in a session whose command line names no eval module,
+    built at the first need (a fixture of the plugin's used outside an eval module)."""
+    state = config.stash.get(_SESSION, None)
+    if state is None:
+        state = _start_session(config, *exit_on_usage_error(lambda: parse_options(config)), selected=[])
+    return state
+
+
+def _active(config: pytest.Config) -> EvalSession | None:
+    """The session object, or None while the plugin sleeps (no eval module on the command line)."""
+    return config.stash.get(_SESSION, None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,19 +100,38 @@ def _split_problem(config: pytest.Config) -> str | None:
 
 
 def selected_benchmarks(config: pytest.Config) -> list[str]:
-    """The benchmarks whose eval modules (``test_<name>.py``) the command line names or holds in a folder."""
+    """The benchmarks of the eval modules (those marked ``fieldeval(benchmark=...)``) the command line names or
+    holds in a folder, whatever the modules are called; a marker whose benchmark the source does not fix is a
+    usage error."""
+    modules = eval_modules(config, _command_paths(config))
+    for module, names in modules.items():
+        if "" in names:
+            raise UsageError(f"{os.path.relpath(module, config.invocation_params.dir)}: @pytest.mark.{MARKER}("
+                             "benchmark=...) names its benchmark by an expression; write the name as a string, "
+                             'e.g. benchmark="ibf", so the run can be planned before collection')
+    config.stash[_MODULES] = {_nodeid_path(config, module): names for module, names in modules.items()}
+    return sorted({name for names in modules.values() for name in names})
+
+
+def eval_modules(config: pytest.Config, paths: list[Path]) -> dict[Path, tuple[str, ...]]:
+    """The eval modules under ``paths`` and their benchmarks, found as pytest would collect them."""
+    from fieldeval.run.discover import marked_modules
+
+    return marked_modules(paths, python_files=config.getini("python_files"),
+                          norecursedirs=config.getini("norecursedirs"))
+
+
+def _command_paths(config: pytest.Config) -> list[Path]:
     args = [a.split("::")[0] for a in config.args if not a.startswith("-")] or config.getini("testpaths") or ["."]
-    selected: set[str] = set()
-    for arg in args:
-        path = _arg_path(config, arg)
-        if path is None:
-            continue
-        for name in benchmarks():
-            module = f"test_{name}.py"
-            if path.name == module or (path.is_dir() and (path / module).is_file()) or (
-                    path.is_dir() and (path / "evals" / module).is_file()):
-                selected.add(name)
-    return sorted(selected)
+    return [path for path in (_arg_path(config, arg) for arg in args) if path is not None]
+
+
+def _nodeid_path(config: pytest.Config, module: Path) -> str:
+    """A module's path as its items' node ids begin (relative to the rootdir, with ``/``)."""
+    try:
+        return module.resolve().relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return module.resolve().as_posix()
 
 
 def check_paths(config: pytest.Config) -> None:
@@ -117,11 +149,10 @@ def check_paths(config: pytest.Config) -> None:
 
 
 def eval_files(config: pytest.Config) -> list[str]:
-    """The installed benchmarks' eval modules (``test_<name>.py``) in the project, relative to where pytest runs."""
-    folders = [config.rootpath / "evals", config.rootpath,
-               *(config.rootpath / path for path in config.getini("testpaths"))]
-    found = {folder / f"test_{name}.py" for folder in folders for name in benchmarks()}
-    return sorted(os.path.relpath(path, config.invocation_params.dir) for path in found if path.is_file())
+    """The project's eval modules (under its testpaths, else its root), relative to where pytest runs."""
+    folders = [config.rootpath / path for path in config.getini("testpaths")] or [config.rootpath]
+    found = eval_modules(config, [folder for folder in folders if folder.exists()])
+    return sorted(os.path.relpath(path, config.invocation_params.dir) for path in found)
 
 
 def _arg_path(config: pytest.Config, arg: str) -> Path | None:
@@ -141,15 +172,31 @@ def _arg_path(config: pytest.Config, arg: str) -> Path | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Parse the options once, set up the session, check every input, and point pytest-json-report."""
+    """Parse the options once, find the eval modules, and, when there are any, set up the session, check every
+    input, and point pytest-json-report; without any the plugin sleeps."""
     config.addinivalue_line("markers", f"{MARKER}(benchmark): an eval item of a fieldeval benchmark")
     engine, bench_options = exit_on_usage_error(lambda: parse_options(config))
-    if engine.store and engine.store.lower() != "none":  # --model names the models registered in --store
-        use_session_store(engine.store)
     worker = is_xdist_worker(config)
     if not worker and not _only_informs(config):
         exit_on_usage_error(lambda: check_paths(config))
-    selected = selected_benchmarks(config)
+    selected = exit_on_usage_error(lambda: selected_benchmarks(config))
+    if not selected and not (worker and SESSION_DIR_KEY in config.workerinput):
+        return  # no eval module: nothing of the engine is imported, no hook of the session's runs
+    _start_session(config, engine, bench_options, selected=selected)
+
+
+def _start_session(config: pytest.Config, engine, bench_options: dict, *, selected: list[str]) -> EvalSession:
+    """Build and register the session (the engine is imported here), and on the controller prepare the run."""
+    from fieldeval.run import resume
+    from fieldeval.run.lean import ReportReleaser
+    from fieldeval.run.runfiles import RunFiles
+    from fieldeval.run.session import EvalSession
+    from fieldeval.run.signals import Interrupts
+    from fieldeval.store.registry import use_session_store
+
+    if engine.store and engine.store.lower() != "none":  # --model names the models registered in --store
+        use_session_store(engine.store)
+    worker = is_xdist_worker(config)
     resumed = None
     if worker and resume.WORKER_KEY in config.workerinput:  # the controller's options, taken from the run
         engine, bench_options = resume.from_worker(config.workerinput[resume.WORKER_KEY], engine, bench_options)
@@ -165,6 +212,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = exit_on_usage_error(lambda: EvalSession.build(
         config, engine, bench_options, selected=selected, session_dir=session_dir, worker=(index, count)))
     state.resumed_settings = resumed
+    state.module_benchmarks = config.stash.get(_MODULES, {})
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
     if not worker:
@@ -174,7 +222,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if selected:
         interrupts.install()  # a cancelled job ends an eval session as Ctrl-C does
     if worker or _only_informs(config):
-        return  # --help and --version print without the data; --collect-only loads it while collecting
+        return state  # --help and --version print without the data; --collect-only loads it while collecting
     if selected and not config.option.collectonly:
         exit_on_usage_error(lambda: state.check_outputs(_report_path(config, engine.report)))
     exit_on_usage_error(state.prepare)
@@ -185,11 +233,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_FILES] = files
         files.mark("running", started_at=state.started_at)
         _configure_json_report(config)
+    return state
 
 
 def _resumed_options(config: pytest.Config, engine, bench_options: dict, selected: list[str]):
     """``--resume RUN_ID``: the options the stored run ran with, and its settings; a complete run ends the session
     here, with its one line and exit 0."""
+    from fieldeval.run import resume
     from fieldeval.store import declared_columns, open_store
     from fieldeval.store.location import default_store_url
 
@@ -235,19 +285,25 @@ def _configure_json_report(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """Hand every xdist worker the session folder (shared call memo and rate-limit file)."""
-    state = eval_session(node.config)
+    state = _active(node.config)
+    if state is None:
+        return
     if state.session_dir is not None:
         node.workerinput[SESSION_DIR_KEY] = str(state.session_dir)
     if state.options.resume:
+        from fieldeval.run import resume
+
         node.workerinput[resume.WORKER_KEY] = resume.to_worker(state.options, state.bench_options)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Close the session; the controller removes the session folder."""
-    use_session_store(None)
     state = config.stash.get(_SESSION, None)
     if state is None:
         return
+    from fieldeval.store.registry import use_session_store
+
+    use_session_store(None)
     config.stash[_SIGNALS].restore()
     state.close()
     if not is_xdist_worker(config) and state.session_dir is not None:
@@ -260,8 +316,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is None:
         return
-    state = eval_session(metafunc.config)
-    bench = state.benchmark(marker.kwargs["benchmark"])
+    from fieldeval.benchmark import case_ids
+
+    state = _active(metafunc.config)
+    name = marker.kwargs.get("benchmark")
+    if state is None or name not in state.selected:  # a marker the module's source does not show (added by a hook)
+        exit_on_usage_error(lambda: _unplanned(metafunc, name))
+    bench = state.benchmark(name)
     if "case" in metafunc.fixturenames:
         # the parameters are case positions, the ids the cases' own; the ``case`` fixture reads a case when its
         # item runs, so a process holds the cases of the items it runs, not the whole suite
@@ -277,6 +338,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("model", models, ids=[m.test_id for m in models])
         else:
             metafunc.parametrize("model", models)
+
+
+def _unplanned(metafunc: pytest.Metafunc, name: object) -> None:
+    raise UsageError(f"{metafunc.definition.nodeid}: marked {MARKER}(benchmark={name!r}) at collection, but its "
+                     f"module's source does not mark it; write @pytest.mark.{MARKER}(benchmark=\"...\") (or "
+                     "pytestmark = ...) in the module, so the run is planned before collection")
 
 
 def _parametrize_jointly(metafunc: pytest.Metafunc, ids: list[str], models: list, *, designed: bool) -> bool:
@@ -308,7 +375,9 @@ def _parametrize_jointly(metafunc: pytest.Metafunc, ids: list[str], models: list
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--resume RUN_ID``: deselect the items that run scored (after pytest-split chose this shard's items)."""
-    state = eval_session(config)
+    state = _active(config)
+    if state is None:
+        return
     if state.options.matrix_job is not None and state.selected:
         _keep_matrix_job(config, state, items)
     if not state.options.resume or not state.selected:
@@ -350,7 +419,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     collector during the run nor the collections at exit walk the items again, and each eval item is let go
     of once it has run (:func:`~fieldeval.run.lean.release_items`).
     """
-    state = eval_session(session.config)
+    state = _active(session.config)
+    if state is None:
+        return
+    from fieldeval.run.lean import release_deselected, release_items, release_syrupy_items, slim_items
+
     state.pytest_session = session
     eval_items = [item for item in session.items if _tag(item) is not None]
     state.eval_items = len(eval_items)
@@ -379,8 +452,8 @@ def _lighten_json_report(config: pytest.Config, *extra: str) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """With xdist, plan the progress counts from the first worker's collected ids."""
-    state = eval_session(node.config)
-    if not state.progress.planned:
+    state = _active(node.config)
+    if state is not None and not state.progress.planned:
         state.plan_from_ids(ids)
         state.announce()
         if state.eval_items > state.trim_limit:
@@ -420,7 +493,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     Above the report's trim limit, the item lets go of its row once the call's report carries it.
     """
     report = yield
-    state = eval_session(item.config)
+    state = _active(item.config)
+    if state is None:
+        return report
+    from fieldeval.calls.failures import ModelCallError
+
     if call.when == "call" and state.eval_items > state.trim_limit:
         item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
     elif call.when == "teardown" and state.eval_items > state.trim_limit:
@@ -472,6 +549,8 @@ def answer(request: pytest.FixtureRequest):
     Solvers run ahead in the session's bounded pool; the item waits for its own
     result (or solves it now), then scores and records it.
     """
+    from fieldeval.calls.failures import ModelCallError
+
     try:
         return eval_session(request.config).answer(request.node)
     except ModelCallError as error:  # the item fails in its call phase, as if its body had made the call
@@ -541,6 +620,8 @@ def pytest_sessionfinish(session: pytest.Session):
     state = config.stash.get(_SESSION, None)
     if is_xdist_worker(config) or files is None or state is None:
         return (yield)
+    from fieldeval.run.lean import trim_heap
+
     interrupts = config.stash[_SIGNALS]
     interrupts.shield()
     if interrupts.received and session.exitstatus == pytest.ExitCode.OK:  # a repeated signal cut pytest's own handling
@@ -601,6 +682,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
     written whole or not at all, and the run is stored if the store still takes it) or the store could
     not take the run (it is then kept for ``fieldeval runs push``).
     """
+    from fieldeval.run.runfiles import trim_report
     from fieldeval.run.writable import full_disk_line, out_of_space
 
     if state.disk_full is not None:
@@ -665,7 +747,9 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """End the terminal output with the headline tables, failed gates and errors per model."""
-    state = eval_session(config)
+    state = _active(config)
+    if state is None:
+        return
     state.end_progress(terminalreporter)
     if not state.has_results():
         return

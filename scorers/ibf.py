@@ -24,11 +24,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from scorers.ibf_reference import Evidence, reference_scores
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DIMENSIONS: tuple[str, ...] = (
     "hazard_recognition",
@@ -145,6 +146,8 @@ def mds_batch(samples: np.ndarray) -> np.ndarray:
         >>> float(mds_batch(np.array([[[4, 3, 3, 4, 3], [2, np.nan, 1, 2, 3]]]))[0])
         2.8
     """
+    import numpy as np
+
     scored = ~np.isnan(samples)
     counts = scored.sum(axis=1)
     sums = np.where(scored, samples, 0.0).sum(axis=1)
@@ -159,6 +162,8 @@ def mds_weights(matrix: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
     Equals :func:`mds_batch` of the drawn sample: weights count how often each item is drawn.
     """
+    import numpy as np
+
     scored = ~np.isnan(matrix)
     counts = weights @ scored
     sums = weights @ np.where(scored, matrix, 0.0)
@@ -212,6 +217,8 @@ def run_scores(items: Iterable[Sequence[int | None]]) -> dict:
         >>> run_scores([[4, 3, 3, 4, 3]])["mean_dimension_score"]
         3.4
     """
+    import numpy as np
+
     rows = [tuple(s) for s in items]
     means = {name: dimension_mean(r[i] for r in rows) for i, name in enumerate(DIMENSIONS)}
     matrix = np.array([[np.nan if v is None else float(v) for v in r] for r in rows], dtype=float)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 RELATION_CLASSES: tuple[str, ...] = (
     "affects",
@@ -159,6 +161,8 @@ def encode_labels(
         >>> encode_labels(["None", "causes"], ["None", "bogus"]).tolist()
         [[22, 22], [2, 23]]
     """
+    import numpy as np
+
     if len(golds) != len(preds):
         raise ValueError(f"{len(golds)} gold labels but {len(preds)} predictions; pass one prediction per item")
     index = {name: i for i, name in enumerate(classes)}
@@ -174,6 +178,8 @@ def encode_labels(
 
 def _counts(codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-sample (support, predicted, tp) counts of shape ``(k, n_classes)`` from ``(k, n, 2)`` codes."""
+    import numpy as np
+
     k = codes.shape[0]
     width = n_classes + 1
     offset = (np.arange(k, dtype=np.int64) * width)[:, None]
@@ -187,6 +193,8 @@ def _counts(codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     return np.divide(num, den, out=np.zeros(num.shape, dtype=float), where=den > 0)
 
 
@@ -254,6 +262,8 @@ def weighted_class_scores(codes: np.ndarray, weights: np.ndarray,
     ``codes`` is one ``(n, 2)`` array of (gold, prediction) codes; a weight is how often an item is
     drawn in a resample, so weights of ones give the run's own scores (see :func:`weighted_f1_batch`).
     """
+    import numpy as np
+
     eye = np.eye(n_classes + 1)
     gold, pred = eye[codes[:, 0]][:, :n_classes], eye[codes[:, 1]][:, :n_classes]
     hit = gold * (codes[:, 0] == codes[:, 1])[:, None]
@@ -285,6 +295,8 @@ def weighted_recall_weights(codes: np.ndarray, weights: np.ndarray, *,
 
 def macro_f1_weights(codes: np.ndarray, weights: np.ndarray, *, n_classes: int = len(RELATION_CLASSES)) -> np.ndarray:
     """Mean F1 over the classes with gold support, under each row of item weights."""
+    import numpy as np
+
     support, _, _, f1 = weighted_class_scores(codes, weights, n_classes)
     present = support > 0
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -364,6 +376,8 @@ def score_relations(
 
 def _confusion(codes: np.ndarray, classes: Sequence[str]) -> dict:
     """Gold-by-prediction counts, with a last column for invalid predictions."""
+    import numpy as np
+
     n_classes = len(classes)
     matrix = np.zeros((n_classes, n_classes + 1), dtype=np.int64)
     np.add.at(matrix, (codes[:, 0], codes[:, 1]), 1)

@@ -13,9 +13,14 @@ import pytest
 import scipy.special  # noqa: F401
 from hypothesis import settings
 
+import fieldeval.run.session  # noqa: F401  (the engine: numpy, the call engine)
+import fieldeval.store.core  # noqa: F401  (SQLAlchemy)
+
 # scipy.special (the intervals' t quantile, imported when first needed) is imported here, before any in-process
 # pytester run: such a run drops the modules it imported when it ends, and numpy's C extensions under it cannot
-# be loaded a second time in one process ("cannot load module more than once per process").
+# be loaded a second time in one process ("cannot load module more than once per process"). The engine and the
+# store come in here for the same reason: the plugin imports them only in a session that runs evals, and
+# SQLAlchemy imported twice in one process breaks its internals.
 
 # Every property test is reproducible and steady on a loaded machine: the same examples on every run
 # (derandomize), and no per-example deadline (a 200 ms deadline failed under load; speed is measured

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from fieldeval.defaults import CACHE_MODES
 from fieldeval.errors import UsageError
 
 CacheMode = Literal["use", "refresh", "off", "replay"]
-CACHE_MODES: tuple[str, ...] = ("use", "refresh", "off", "replay")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (

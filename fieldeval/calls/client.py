@@ -50,14 +50,12 @@ from fieldeval.calls.failures import (AddressRefusedError, AnswerTooLargeError, 
                                       ConnectionRefusedCallError, InvalidReplyError, LookupFailedError, ModelCallError,
                                       PermanentCallError, TLSFailedError, TransientCallError, classify)
 from fieldeval.calls.limits import CallLimits
+from fieldeval.defaults import DEFAULT_CALL_TIMEOUT_S, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_RETRIES
 
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 BACKOFF_JITTER_S = 0.5
 RETRY_AFTER_CAP_S = 60.0
-DEFAULT_RETRIES = 4
-DEFAULT_CALL_TIMEOUT_S = 120.0
-DEFAULT_MAX_ANSWER_BYTES = 1_048_576
 READ_CHUNK_BYTES = 65_536
 
 

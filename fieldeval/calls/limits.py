@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fieldeval.calls.failures import TransientCallError
+from fieldeval.defaults import DEFAULT_CONCURRENCY
 
-DEFAULT_CONCURRENCY = 16
 POLL_MIN_S = 0.002
 POLL_MAX_S = 0.05
 

@@ -16,13 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldeval.benchmark import benchmarks, option
-from fieldeval.calls.cache import CACHE_MODES
-from fieldeval.calls.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_RETRIES
+from fieldeval.defaults import (CACHE_MODES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONCURRENCY, DEFAULT_MAX_ANSWER_BYTES,
+                                DEFAULT_REPORT, DEFAULT_RESAMPLES, DEFAULT_RETRIES, DEFAULT_SEED)
 from fieldeval.errors import UsageError
-from fieldeval.calls.limits import DEFAULT_CONCURRENCY
-from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-
-DEFAULT_REPORT = "reports/report.json"
 RUN_ID = re.compile(r"run_[A-Za-z0-9_-]{1,64}")
 
 

@@ -25,13 +25,14 @@ import pytest
 
 import fieldeval.store.pending  # noqa: F401  (imported here, never first in the store's thread: a module that
 import fieldeval.store.url  # noqa: F401  pytest rewrites, parsed in two threads at once, trips CPython 3.11's parser)
-from fieldeval.benchmark import Benchmark, benchmarks, get_benchmark
+from fieldeval.benchmark import Benchmark, get_benchmark
 from fieldeval.calls.client import ModelClient, model_ids, resolve_model
 from fieldeval.run.entries import benchmark_entries
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.calls.failures import failure_class
 from fieldeval.run.gates import check_gate, error_gates, gate_results
 from fieldeval.calls.limits import CallLimits
+from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY  # noqa: F401  (the plugin's)
 from fieldeval.run.options import EngineOptions
 from fieldeval.stats.paired import regression_gates
 from fieldeval.run.progress import Progress
@@ -42,12 +43,6 @@ from fieldeval.settings import Gate, load_model_limits, load_prices, load_thresh
 if TYPE_CHECKING:
     from fieldeval.store.payload import FlatRun
 
-ROW_KEY = "fieldeval.row"
-ITEM_KEY = "fieldeval.item"
-ERROR_KEY = "fieldeval.error"
-CASE_KEY = "fieldeval.case_id"  # an errored item's case id (a scored item records its own in its row)
-EPOCH_KEY = "fieldeval.epoch_of"  # an errored epoch's item: the case key its scored epochs' rows record
-MARKER = "fieldeval"
 TTY_REDRAW_S = 0.5
 LOG_LINE_S = 10.0
 
@@ -101,6 +96,7 @@ class EvalSession:
         self.notices: list[str] = []  # one line each, printed once before the items run
         self._item_properties: dict[tuple[str, str], tuple[str, str]] = {}
         self.released_entries = 0  # passed items whose pytest-json-report entries were let go of (run.lean)
+        self.module_benchmarks: dict[str, tuple[str, ...]] = {}  # eval modules (as node ids begin) -> benchmarks
 
     @classmethod
     def build(cls, config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
@@ -474,19 +470,17 @@ class EvalSession:
         self._write_progress()
 
     def plan_from_ids(self, ids: list[str]) -> None:
-        """Planned items from xdist's collected node ids: ``.../test_<bench>.py::...-<model>]``."""
+        """Planned items from xdist's collected node ids: ``<eval module>::...-<model>]``."""
         keys = []
         for nodeid in ids:
-            module = nodeid.split("::")[0].rsplit("/", 1)[-1]
-            bench = next((n for n in benchmarks() if module == f"test_{n}.py"), None)
-            if bench is None:
-                continue
             tail = nodeid.removesuffix("]")
-            model = max((m for m in self.models_for(bench)
-                         if tail.endswith(f"-{getattr(m, 'test_id', m)}") or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
-                        key=lambda m: len(getattr(m, "test_id", m)), default=None)
-            if model is not None:
-                keys.append((bench, model))
+            for bench in self.module_benchmarks.get(nodeid.split("::")[0], ()):
+                model = max((m for m in self.models_for(bench) if tail.endswith(f"-{getattr(m, 'test_id', m)}")
+                             or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
+                            key=lambda m: len(getattr(m, "test_id", m)), default=None)
+                if model is not None:
+                    keys.append((bench, model))
+                    break
         self.plan(keys)
 
     @property

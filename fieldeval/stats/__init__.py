@@ -35,10 +35,9 @@ from statistics import NormalDist
 import numpy as np
 
 from fieldeval.rows import column
+from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 from fieldeval.stats import robust
 
-DEFAULT_RESAMPLES = 1000
-DEFAULT_SEED = 20261130
 FEW_CLUSTERS = 10  # under this many clusters an interval is wide and approximate (said in every table)
 Z_975 = 1.959963984540054
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, lazy, option
 from fieldeval.benchmarks.ebs.items import ITEMS
-from fieldeval.benchmarks.ebs.audit import audit
-from fieldeval.benchmarks.ebs.cli import register_cli
-from fieldeval.benchmarks.ebs.enums import load_enums
-from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite, load_suite
-from fieldeval.benchmarks.ebs.tables import aggregate, estimators, write_outputs
-from fieldeval.benchmarks.ebs.truth import TRUTH_RULES, TruthRule, label_names, scored_truth
-from scorers.ebs import OntologyIndex
+from fieldeval.benchmarks.ebs.truth import TRUTH_RULES, TruthRule
+
+if TYPE_CHECKING:
+    from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite
+    from scorers.ebs import OntologyIndex
 
 __all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
 
@@ -54,15 +53,21 @@ class EbsContext:
 
     @cached_property
     def _names(self) -> dict[str, str]:
+        from fieldeval.benchmarks.ebs.truth import label_names
+
         return label_names(self.index)
 
     def truth(self, case: EbsCase) -> tuple[str, bool]:
         """``(the truth the case is scored against under the run's rule, truth_conflict)``."""
+        from fieldeval.benchmarks.ebs.truth import scored_truth
+
         return scored_truth(case.ideal, index=self.index, names=self._names, rule=self.truth_rule)
 
 
 def load(options: EbsOptions) -> EbsContext:
     """Load the suite, the ontology index (cached on disk) and the value sets."""
+    from fieldeval.benchmarks.ebs.enums import load_enums
+    from fieldeval.benchmarks.ebs.suite import load_suite
     from fieldeval.ontology import load_index
 
     return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir),
@@ -97,14 +102,14 @@ BENCHMARK = Benchmark(
     options=EbsOptions,
     load=load,
     cases=_cases,
-    aggregate=aggregate,
-    write_outputs=write_outputs,
-    register_cli=register_cli,
+    aggregate=lazy("fieldeval.benchmarks.ebs.tables:aggregate"),
+    write_outputs=lazy("fieldeval.benchmarks.ebs.tables:write_outputs"),
+    register_cli=lazy("fieldeval.benchmarks.ebs.cli:register_cli"),
     run_meta=_run_meta,
     cluster_key=_study,
     clusters_called="studies",
-    estimators=estimators,
-    audit=audit,
+    estimators=lazy("fieldeval.benchmarks.ebs.tables:estimators"),
+    audit=lazy("fieldeval.benchmarks.ebs.audit:audit"),
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("groups", "EBS ontology score per stratum", key="per_stratum", metric="ontology_score",

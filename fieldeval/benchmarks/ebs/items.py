@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmark import ItemView
-from fieldeval.benchmarks.ebs.explain import explain_ebs
+from fieldeval.benchmark import ItemView, lazy
 
 SCORES = ("ontology_score", "exact_match", "relationship", "hop_distance", "hierarchy_score", "curie_label_valid",
           "in_template_enum", "enum_score", "parse_success", "pred_curie")
 
-ITEMS = ItemView(scores=SCORES, explain=explain_ebs)
+ITEMS = ItemView(scores=SCORES, explain=lazy("fieldeval.benchmarks.ebs.explain:explain_ebs"))

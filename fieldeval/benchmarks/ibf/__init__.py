@@ -9,15 +9,16 @@ the offline ``ibf-floor`` in ``baseline``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, StoreColumns, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, StoreColumns, lazy, option
 from fieldeval.benchmarks.ibf.items import ITEMS
-from fieldeval.benchmarks.ibf.aggregate import aggregate, estimators, summary_notes
-from fieldeval.benchmarks.ibf.audit import audit
-from fieldeval.benchmarks.ibf.corpus import DEFAULT_VERSION, IbfCorpus, IbfItem, available_versions, load_corpus
-from fieldeval.benchmarks.ibf.tables import register_cli, write_outputs
+from fieldeval.benchmarks.ibf.versions import DEFAULT_VERSION
 from fieldeval.errors import UsageError
 from scorers.ibf import DIMENSIONS, JUDGE_SCHEMA
+
+if TYPE_CHECKING:
+    from fieldeval.benchmarks.ibf.corpus import IbfCorpus, IbfItem
 
 __all__ = ["BENCHMARK", "IbfContext", "IbfOptions"]
 
@@ -74,6 +75,7 @@ def load(options: IbfOptions) -> IbfContext:
 
     if options.max_tokens < 1:
         raise UsageError(f"--ibf-max-tokens {options.max_tokens}: must be at least 1")
+    from fieldeval.benchmarks.ibf.corpus import load_corpus
     from fieldeval.benchmarks.ibf.judge import check_options, measure, min_agreement_setting
 
     judge = options.judge_model or None
@@ -112,20 +114,20 @@ BENCHMARK = Benchmark(
     options=IbfOptions,
     load=load,
     cases=_cases,
-    aggregate=aggregate,
-    write_outputs=write_outputs,
-    summary_notes=summary_notes,
-    register_cli=register_cli,
+    aggregate=lazy("fieldeval.benchmarks.ibf.aggregate:aggregate"),
+    write_outputs=lazy("fieldeval.benchmarks.ibf.tables:write_outputs"),
+    summary_notes=lazy("fieldeval.benchmarks.ibf.aggregate:summary_notes"),
+    register_cli=lazy("fieldeval.benchmarks.ibf.tables:register_cli"),
     run_meta=_run_meta,
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
     cluster_key=_hazard,
     clusters_called="hazards",
-    estimators=estimators,
-    audit=audit,
+    estimators=lazy("fieldeval.benchmarks.ibf.aggregate:estimators"),
+    audit=lazy("fieldeval.benchmarks.ibf.audit:audit"),
     items=ITEMS,
     lead="mean_dimension_score",  # the seed's headline figure (MDS), not its first dimension
     dashboard=Dashboard(charts=(
         Chart("radar", "IBF dimensions (0-4), one polygon per run", metrics=tuple(DIMENSIONS), high=4.0),
     )),
-    corpus_versions=available_versions,
+    corpus_versions=lazy("fieldeval.benchmarks.ibf.corpus:available_versions"),
 )

@@ -9,11 +9,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from fieldeval.benchmarks.ibf.versions import DEFAULT_VERSION
 from fieldeval.errors import UsageError
 from fieldeval.inputs import read_jsonl
 from fieldeval.resources import bundled
-
-DEFAULT_VERSION = "ibf-v1.0"
 
 
 def corpus_dir() -> Path:

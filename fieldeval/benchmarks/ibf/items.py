@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmark import ItemView
-from fieldeval.benchmarks.ibf.explain import explain_ibf
+from fieldeval.benchmark import ItemView, lazy
 
 SCORES = ("hazard_recognition", "impact_reasoning", "uncertainty_handling", "action_relevance",
           "geographic_specificity", "scorer")
 
-ITEMS = ItemView(scores=SCORES, explain=explain_ibf)
+ITEMS = ItemView(scores=SCORES, explain=lazy("fieldeval.benchmarks.ibf.explain:explain_ibf"))

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, option
+from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, lazy, option
 from fieldeval.benchmarks.microbiorel.items import ITEMS
-from fieldeval.benchmarks.microbiorel.audit import audit
-from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES, RelationCase, load_split
-from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode, candidate_classes
-from fieldeval.benchmarks.microbiorel.tables import aggregate, estimators, register_cli, summary_notes, write_outputs
+
+if TYPE_CHECKING:
+    from fieldeval.benchmarks.microbiorel.cases import RelationCase
+    from fieldeval.benchmarks.microbiorel.prompts import Candidates, Mode
 
 __all__ = ["BENCHMARK", "MicrobioRelContext", "MicrobioRelOptions"]
 
@@ -46,11 +47,15 @@ class MicrobioRelContext:
 
     def classes_for(self, case: RelationCase) -> tuple[str, ...]:
         """The classes the prompt offers for this case."""
+        from fieldeval.benchmarks.microbiorel.prompts import candidate_classes
+
         return candidate_classes(case, self.candidates)
 
 
 def load(options: MicrobioRelOptions) -> MicrobioRelContext:
     """Load the test split."""
+    from fieldeval.benchmarks.microbiorel.cases import load_split
+
     return MicrobioRelContext(load_split("test"), mode=options.mode, candidates=options.candidates)
 
 
@@ -73,6 +78,7 @@ def _paragraph(case: RelationCase) -> str | None:
 
 def _run_meta(context: MicrobioRelContext) -> RunMeta:
     """The test split's pinned version and content hash."""
+    from fieldeval.benchmarks.microbiorel.cases import SPLIT_FILES
     from fieldeval.data import REGISTRY
 
     entry = REGISTRY[SPLIT_FILES["test"]]
@@ -95,16 +101,16 @@ BENCHMARK = Benchmark(
     options=MicrobioRelOptions,
     load=load,
     cases=_cases,
-    aggregate=aggregate,
-    write_outputs=write_outputs,
-    summary_notes=summary_notes,
-    register_cli=register_cli,
+    aggregate=lazy("fieldeval.benchmarks.microbiorel.tables:aggregate"),
+    write_outputs=lazy("fieldeval.benchmarks.microbiorel.tables:write_outputs"),
+    summary_notes=lazy("fieldeval.benchmarks.microbiorel.tables:summary_notes"),
+    register_cli=lazy("fieldeval.benchmarks.microbiorel.tables:register_cli"),
     run_meta=_run_meta,
     warm=warm,
     cluster_key=_paragraph,
     clusters_called="paragraphs",
-    estimators=estimators,
-    audit=audit,
+    estimators=lazy("fieldeval.benchmarks.microbiorel.tables:estimators"),
+    audit=lazy("fieldeval.benchmarks.microbiorel.audit:audit"),
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("classes", "MicrobioRel F1 per relation class", key="per_class", metric="f1",

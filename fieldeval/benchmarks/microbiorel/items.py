@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fieldeval.benchmark import ItemView
-from fieldeval.benchmarks.microbiorel.explain import explain_microbiorel
+from fieldeval.benchmark import ItemView, lazy
 
 SCORES = ("gold", "prediction", "correct", "valid")
 
-ITEMS = ItemView(scores=SCORES, explain=explain_microbiorel)
+ITEMS = ItemView(scores=SCORES, explain=lazy("fieldeval.benchmarks.microbiorel.explain:explain_microbiorel"))
