@@ -404,3 +404,53 @@ def test_an_item_page_with_its_prompt_and_earlier_calls_fits(browser, prompted_s
     earlier = browser.execute_script("return document.querySelector('.earlier-prompt').textContent")
     assert earlier == EARLIER[0]["prompt"]
     _fits(browser)
+
+
+# --- eight IBF runs: the tables a reader compares them in ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ibf_server(tmp_path_factory: pytest.TempPathFactory):
+    """Eight IBF runs of the offline floor, each on a few items (the width of a comparison, not its numbers)."""
+    path = tmp_path_factory.mktemp("ibf8") / "store.db"
+    for k in range(8):
+        _run(path, f"run_0000ib{k:02d}", f"ibf run {k + 1}", str(ROOT / "evals" / "test_ibf.py"), "--model",
+             "ibf-floor", "-k", " or ".join(f"ibf_{8 * k + d:04d}" for d in (1, 2, 3)))
+    running = Server(path).start()
+    yield running
+    running.stop()
+
+
+def _open_ibf_at(driver, server: Server, width: int) -> None:
+    driver.set_window_size(width, 1000)
+    driver.get(_dashboard(server))
+    assert _wait(driver, "return document.querySelector('#ibf-headline .main-svg') !== null")
+
+
+def test_the_ibf_headline_metrics_show_without_scrolling_at_desktop_width(browser, ibf_server):
+    _open_ibf_at(browser, ibf_server, 1400)
+    assert len(_visible_ibf_rows(browser)) == 8
+    edges = browser.execute_script(
+        "const table = document.querySelector('#ibf-table'); const box = table.closest('.scroll');"
+        "const right = Math.min(box.getBoundingClientRect().right, window.innerWidth);"
+        "return ['mean_dimension_score', 'threshold_pass_rate'].map((m) => {"
+        " const th = table.querySelector(`thead th[data-metric=${m}]`);"
+        " return [m, th.getBoundingClientRect().right <= right + 1]; })"
+        ".concat([['no sideways scroll', box.scrollWidth <= box.clientWidth + 1]]);")
+    assert edges == [["mean_dimension_score", True], ["threshold_pass_rate", True], ["no sideways scroll", True]]
+
+
+def test_the_ibf_dimension_names_read_whole_words_at_phone_width_with_eight_runs(browser, ibf_server):
+    _open_ibf_at(browser, ibf_server, 420)
+    names = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#ibf-intervals tbody th')).map((th) => {"
+        " const probe = document.createElement('span'); probe.style.whiteSpace = 'nowrap';"
+        " probe.style.font = getComputedStyle(th).font;"
+        " probe.textContent = th.textContent.trim().split(/\\s+/).sort((a, b) => b.length - a.length)[0];"
+        " document.body.appendChild(probe); const word = probe.getBoundingClientRect().width; probe.remove();"
+        " const style = getComputedStyle(th);"
+        " const inner = th.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);"
+        " return [th.textContent.trim(), inner + 0.5 >= word]; })")
+    assert len(names) == 5
+    assert all(fits for _, fits in names), names  # no dimension name broken inside a word
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    assert browser.execute_script(CHECK_PAGE)["overflow"] == []

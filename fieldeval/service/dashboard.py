@@ -173,12 +173,13 @@ def interval_legends(records: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def few_cluster_notes(run: dict[str, Any]) -> list[str]:
-    """One line per benchmark and model of a stored run whose headline intervals rest on under 10 clusters."""
+def few_cluster_notes(run: dict[str, Any]) -> dict[str, list[str]]:
+    """``{benchmark: lines}``: one line per model of a stored run whose headline intervals rest on under 10
+    clusters, shown beside the benchmark's charts."""
     from fieldeval.stats import FEW_CLUSTERS, few_clusters
 
     known = benchmarks()
-    lines = []
+    lines: dict[str, list[str]] = {}
     for bench, by_model in run["metrics"].items():
         called = known[bench].clusters_called if bench in known else "clusters"
         for model, metrics in by_model.items():
@@ -186,8 +187,9 @@ def few_cluster_notes(run: dict[str, Any]) -> list[str]:
                     if few_clusters(metrics.get(m))]
             if thin:
                 items, clusters = max(thin)
-                lines.append(f"{run['run_id']} {bench} {model}: {items} items in only {clusters} {called} "
-                             f"(under {FEW_CLUSTERS}): the intervals on new {called} are wide and approximate")
+                lines.setdefault(bench, []).append(
+                    f"{run['run_id']} {bench} {model}: {items} items in only {clusters} {called} "
+                    f"(under {FEW_CLUSTERS}): the intervals on new {called} are wide and approximate")
     return lines
 
 
@@ -233,7 +235,7 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
         runs = [by_id[run_id] for run_id in dict.fromkeys(run_ids)]
     known = benchmarks()
     details: dict[str, list[dict[str, Any]]] = {}
-    cluster_notes: list[str] = []
+    cluster_notes: dict[str, list[str]] = {}
     stored = {summary.run_id for summary in store.list_runs()}
     records: dict[str, dict[str, Any]] = {}
     for run in runs:
@@ -244,7 +246,8 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
             records[run["run_id"]] = record = store.get_run(run["run_id"])
             for bench, entries in _entries(record, known).items():
                 details.setdefault(bench, []).extend(entries)
-            cluster_notes += few_cluster_notes(record)
+            for bench, lines in few_cluster_notes(record).items():
+                cluster_notes.setdefault(bench, []).extend(lines)
     merged = {(r.get("run_group"), r["run_id"]) for r in records.values()
               if r.get("run_group") and r.get("shard_index") is None}
     for run in runs:
