@@ -82,3 +82,36 @@ def test_registered_as_an_llm_model():
     import llm
 
     assert llm.get_model("re-baseline").model_id == "re-baseline"
+
+
+def test_predictions_from_many_threads_raise_no_scikit_learn_warning(monkeypatch):
+    # the solver pool predicts from many threads at once; scikit-learn's ColumnTransformer empties the process's
+    # warning filters while one prediction runs, and a second one started meanwhile warned past pytest's capture
+    # (nine times in `pytest evals -n 8`). A real pipeline of the baseline's recipe, fitted on a few pairs.
+    import sys
+    import threading
+    import warnings
+
+    import pandas as pd
+
+    texts = [("soil bacteria raise nitrogen", "increase"), ("probiotics lower inflammation", "decrease"),
+             ("fungi colonise roots", "Location_of"), ("bacteria raise iron uptake", "increase"),
+             ("diet lowers IL-6 in mice", "decrease"), ("microbes live in soil", "Location_of")]
+    frame = pd.DataFrame([{"masked": f"@A$ {t} @B$", "between": t, "types": "A_B from_A to_B"} for t, _ in texts * 2])
+    model = baseline._pipeline(1.0).fit(frame, [label for _, label in texts * 2])
+    monkeypatch.setattr(baseline, "load_model", lambda: model)
+    prompt = classify_prompt(CASE)
+    switch = sys.getswitchinterval()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        sys.setswitchinterval(1e-6)  # threads swap often: the window between two predictions is hit
+        try:
+            threads = [threading.Thread(target=lambda: [baseline.predict(prompt) for _ in range(25)])
+                       for _ in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            sys.setswitchinterval(switch)
+    assert [str(w.message)[:60] for w in seen if "sklearn" in str(w.message)] == []

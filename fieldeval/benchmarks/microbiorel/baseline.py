@@ -17,6 +17,7 @@ import fcntl
 import pickle
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +34,11 @@ _PARAGRAPH = re.compile(r"^Paragraph:\n<<<\n(?P<text>.*?)\n>>>$", flags=re.M | r
 _ENTITY = re.compile(r"^Entity (?P<k>[12]): (?P<name>.*) \(type (?P<type>[^,()]+), "
                      r"characters (?P<start>\d+)-(?P<end>\d+)\)$", flags=re.M)
 _CLASS_LINE = re.compile(r"^- (?P<label>\S+)$")
+# One prediction at a time in a process: scikit-learn's ColumnTransformer runs its views through
+# sklearn.utils.parallel, whose wrapper empties the process-wide warning filters (resetwarnings) while it runs;
+# a second thread's prediction that starts meanwhile finds no filters and warns "`sklearn.utils.parallel.delayed`
+# should be used with ...", printed past pytest's capture (the solver pool's threads predict ahead).
+_PREDICTING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,9 @@ def classify(pair: PairInput) -> str:
     """The most probable offered class for one pair (any class when the prompt offers none it knows)."""
     model = load_model()
     (_, t1, s1, e1), (_, t2, s2, e2) = pair.entities
-    probabilities = model.predict_proba(_frame_from(pair.text, (s1, e1, t1), (s2, e2, t2)))[0]
+    frame = _frame_from(pair.text, (s1, e1, t1), (s2, e2, t2))
+    with _PREDICTING:
+        probabilities = model.predict_proba(frame)[0]
     ranked = [label for _, label in sorted(zip(probabilities, model.classes_), key=lambda p: -p[0])]
     offered = set(pair.classes) & set(ranked)
     return next(label for label in ranked if label in offered) if offered else ranked[0]
