@@ -256,7 +256,7 @@ class Benchmark(Generic[Context]):
     """A benchmark as the engine sees it.
 
     Attributes:
-        name: short name used in reports, thresholds and ``evals/test_<name>.py``, e.g. ``ebs``.
+        name: short name used in reports, thresholds and the eval module's marker, e.g. ``ebs``.
         title: one line for ``pytest --help`` and listings.
         metrics: the metrics ``aggregate`` reports; thresholds may gate on these.
         baseline: the offline llm model id items run against when no ``--model`` is given.
