@@ -618,6 +618,8 @@ def pytest_sessionfinish(session: pytest.Session):
     config = session.config
     files = config.stash.get(_FILES, None)
     state = config.stash.get(_SESSION, None)
+    if is_xdist_worker(config) and state is not None:
+        _drop_idle_hypothesis_plugin(session, state)  # a worker prints its own (empty) terminal summary too
     if is_xdist_worker(config) or files is None or state is None:
         return (yield)
     from fieldeval.run.lean import trim_heap
@@ -668,7 +670,8 @@ def pytest_sessionfinish(session: pytest.Session):
 def _drop_idle_hypothesis_plugin(session: pytest.Session, state: EvalSession) -> None:
     """A session of eval items only, where nothing imported Hypothesis, does without Hypothesis's pytest plugin:
     its terminal summary imports the whole library (about 2 s of CPU after the last item) to report nothing."""
-    only_evals = session.testscollected and sum(state.progress.planned.values()) >= session.testscollected
+    evals = state.eval_items if is_xdist_worker(session.config) else sum(state.progress.planned.values())
+    only_evals = session.testscollected and evals >= session.testscollected
     if only_evals and "hypothesis" not in sys.modules:
         plugin = session.config.pluginmanager.get_plugin("hypothesispytest")
         if plugin is not None:

@@ -118,3 +118,26 @@ def test_the_engine_s_files_are_not_found_by_name_any_more(tmp_path):
     assert marked_modules([tmp_path], python_files=["test_*.py"], norecursedirs=[]) == {}
     assert Path(__file__).name not in {p.name for p in marked_modules([Path(__file__).parent],
                                                                        python_files=["test_*.py"], norecursedirs=[])}
+
+
+PROBE = '''
+import json, os, sys
+
+def pytest_unconfigure(config):
+    who = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
+    with open(f"imported-{who}.json", "w") as out:
+        json.dump("hypothesis" in sys.modules, out)
+'''
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_session_of_eval_items_only_never_imports_hypothesis(project, workers):
+    # Hypothesis's pytest plugin imports the whole library in its terminal summary (about 1.5 s of CPU per
+    # process, every xdist worker included) to report on no property test
+    (project.path / "probe.py").write_text(PROBE)
+    result = project.runpytest_subprocess(*ARGS, "--store", "none", "-p", "probe", *workers)
+    assert result.ret == 1, result.stdout.str()  # the provider's error fails one item
+    seen = {path.stem.removeprefix("imported-"): json.loads(path.read_text())
+            for path in project.path.glob("imported-*.json")}
+    expected = {"controller", "gw0", "gw1"} if workers else {"controller"}
+    assert seen == dict.fromkeys(expected, False)
