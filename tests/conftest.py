@@ -22,15 +22,14 @@ import fieldeval.store.core  # noqa: F401  (SQLAlchemy)
 # store come in here for the same reason: the plugin imports them only in a session that runs evals, and
 # SQLAlchemy imported twice in one process breaks its internals.
 
-# Every property test is reproducible and steady on a loaded machine: the same examples on every run
-# (derandomize), and no per-example deadline (a 200 ms deadline failed under load; speed is measured
-# in benchmarks/, never in tests). A test's own @settings still override the rest.
-# ``ci`` is that profile under the name CI asks for (HYPOTHESIS_PROFILE=ci); ``dev`` explores new examples
-# (HYPOTHESIS_PROFILE=dev) when hunting for a failure locally.
+# Hypothesis's profiles. ``ci`` (HYPOTHESIS_PROFILE=ci, which .ci/run and the workflow set) runs the same examples
+# on every run (derandomize), so CI is reproducible; ``explore``, the default, draws new examples on each run and
+# keeps the failing ones in .hypothesis/, so a developer's runs keep looking. Neither has a per-example deadline
+# (a 200 ms deadline failed under load; speed is measured in benchmarks/, never in tests). A test's own
+# @settings (max_examples) override the rest.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-settings.register_profile("fieldeval", parent=settings.get_profile("ci"))
-settings.register_profile("dev", derandomize=False, deadline=None, print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile("explore", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explore"))
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_OBO = ROOT / "fixtures" / "ontology" / "tiny.obo"

@@ -176,7 +176,7 @@ _BLOCK_COLUMNS = ["model", "case_id", *SCORED_COLUMNS, "cached"]
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # pandas' own, as it refuses
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=400, deadline=None)
 @given(st.sampled_from(_BLOCK_COLUMNS), st.sampled_from(sorted(_CELL_VALUES)), st.data())
 def test_cells_formatted_straight_from_the_rows_are_what_pandas_writes(name, kind, data):
     """A column of a block of rows formatted without a frame: its text is what ``format_scored`` and the frame's

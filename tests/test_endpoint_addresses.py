@@ -57,7 +57,7 @@ def _means(text: str, address: ipaddress.IPv4Address) -> bool:
     return socket.inet_aton(text.rstrip(".")) == address.packed
 
 
-@settings(derandomize=True, max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.data(), _in(REFUSED_V4))
 def test_every_ipv4_spelling_of_a_refused_address_is_refused(data, address):
     text = data.draw(spelling(address))
@@ -66,7 +66,7 @@ def test_every_ipv4_spelling_of_a_refused_address_is_refused(data, address):
         check_endpoint(_url_host(text))
 
 
-@settings(derandomize=True, max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data(), _in(ALLOWED_V4))
 def test_loopback_and_private_addresses_stay_allowed_in_any_spelling(data, address):
     text = data.draw(spelling(address))
@@ -74,7 +74,7 @@ def test_loopback_and_private_addresses_stay_allowed_in_any_spelling(data, addre
     assert check_endpoint(_url_host(text)) == _url_host(text)
 
 
-@settings(derandomize=True, max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_in(REFUSED_V4), st.sampled_from(["mapped", "mapped-hex", "expanded", "nat64"]))
 def test_ipv6_forms_carrying_a_refused_ipv4_address_are_refused(address, form):
     mapped = ipaddress.IPv6Address(f"::ffff:{address}")
@@ -84,7 +84,7 @@ def test_ipv6_forms_carrying_a_refused_ipv4_address_are_refused(address, form):
         check_endpoint(f"http://[{text}]:8000/v1")
 
 
-@settings(derandomize=True, max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(["fe80::/10", "ff00::/8"]).flatmap(
     lambda n: st.integers(int(ipaddress.ip_network(n).network_address),
                           int(ipaddress.ip_network(n).broadcast_address))).map(ipaddress.IPv6Address),

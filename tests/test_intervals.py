@@ -245,7 +245,7 @@ def test_power_follows_millers_formula_for_a_mean():
     assert result.clusters_needed == pytest.approx(result.items_needed / 5, abs=1)
 
 
-@settings(derandomize=True, max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.text(min_size=1, max_size=6)), min_size=1, max_size=40))
 def test_cluster_codes_are_the_ranks_numpy_gives_the_joined_keys(keys):
     strata, clusters = zip(*keys)

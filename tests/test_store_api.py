@@ -567,7 +567,7 @@ _TOTAL_VALUES = {
 _TOTAL_ROWS = st.lists(st.fixed_dictionaries({}, optional=_TOTAL_VALUES), max_size=30)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["ebs", "ibf", "microbiorel"]), _TOTAL_ROWS, max_size=3))
 def test_a_runs_stored_totals_are_every_rows_summed_exactly(rows_by_benchmark):
     from fieldeval.store.payload import _totals
