@@ -23,16 +23,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from fieldeval.benchmark import benchmarks
 from fieldeval.defaults import CASE_KEY, DEFAULT_REPORT, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.run.options import add_options, parse_options
 
-if TYPE_CHECKING:
-    from fieldeval.calls.failures import ModelCallError
+if TYPE_CHECKING:  # the stash keys' types (named as text: nothing of the engine is imported for them)
+    from fieldeval.calls.failures import ModelCallError  # noqa: F401
     from fieldeval.run.runfiles import RunFiles
     from fieldeval.run.session import EvalSession
-    from fieldeval.run.signals import Interrupts
+    from fieldeval.run.signals import Interrupts  # noqa: F401
 
 # The plugin loads with every pytest session of the environment. Only this module, the option declarations and
 # the benchmarks' faces load then; the engine (numpy, SQLAlchemy, the call engine) is imported once the command

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from fieldeval.defaults import CACHE_MODES
 from fieldeval.errors import UsageError
 
 CacheMode = Literal["use", "refresh", "off", "replay"]

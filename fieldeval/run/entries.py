@@ -10,41 +10,13 @@ however they were spread over processes or machines.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fieldeval.benchmark import Benchmark, get_benchmark
+from fieldeval.rows import by_nodeid, case_key, without_clusters
 from fieldeval.stats.epochs import collapse_epochs, epoch_summary, has_epochs
 from fieldeval.run.totals import model_totals
-
-
-def by_nodeid(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
-    """Rows in the one stable order every aggregation uses: by pytest node id."""
-    return sorted(rows, key=lambda r: r["nodeid"])
-
-
-CLUSTER_KEYS = ("cluster", "cluster_stratum")
-
-
-def without_clusters(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
-    """Rows with the engine's cluster keys removed: item-level intervals (``--cluster-by none``)."""
-    return [{k: v for k, v in row.items() if k not in CLUSTER_KEYS} for row in rows]
-
-
-def case_key(row: Mapping[str, Any]) -> str:
-    """The case a row scored, the same across runs and models: its recorded ``case_key`` (the case's pytest
-    id), else the node id's parameters without the model.
-
-    Example:
-        >>> case_key({"nodeid": "evals/test_ebs.py::test_ebs[forest_biome-case017-ebs-baseline]", "model": "ebs-baseline"})
-        'forest_biome-case017'
-    """
-    if row.get("case_key"):
-        return str(row["case_key"])
-    nodeid = str(row.get("nodeid") or "")
-    params = nodeid.split("[", 1)[1].removesuffix("]") if "[" in nodeid else nodeid
-    model = str(row.get("model") or "")
-    return params.removesuffix(f"-{model}") if model and params != model else params
 
 
 def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[str, str], int], *,
@@ -116,4 +88,4 @@ def epoch_metric(bench: Benchmark, rows: Sequence[Mapping[str, Any]]) -> str | N
     return None
 
 
-__all__ = ["CLUSTER_KEYS", "epoch_metric", "benchmark_entries", "by_nodeid", "case_key", "without_clusters"]
+__all__ = ["benchmark_entries", "epoch_metric"]

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from fieldeval.run.session import ITEM_KEY
+from fieldeval.defaults import ITEM_KEY
 
 
 class _PassedStandIn:

@@ -311,7 +311,7 @@ class EvalSession:
     def resumed_items(self) -> set[tuple]:
         """(benchmark, model, case key) of every item the resumed run scored, and the epoch of a repeated one:
         these are not run again."""
-        from fieldeval.run.entries import case_key
+        from fieldeval.rows import case_key
 
         return {(bench, str(row["model"]), case_key(row), *((row["epoch"],) if row.get("epoch") is not None else ()))
                 for bench, rows in self.resumed_rows().items() for row in rows}
@@ -1001,7 +1001,7 @@ class EvalSession:
         (:meth:`start_save_run`); with a stage, its responses are copied before they come (``counts`` of them)."""
         from fieldeval.store import declared_columns, open_store
         from fieldeval.store.pending import keep_unstored
-        from fieldeval.store.url import database_errors, redact
+        from fieldeval.store.url import database_errors
 
         def built() -> FlatRun:
             flat = handoff.result()[3]

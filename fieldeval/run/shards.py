@@ -13,16 +13,36 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fieldeval.benchmark import case_ids
+from fieldeval.benchmark import Benchmark, case_ids
 
 if TYPE_CHECKING:
     import pytest
 
-    from fieldeval.run.session import EvalSession
+    from fieldeval.run.options import EngineOptions
 
 RUN_GROUP_ENV = "GITHUB_RUN_ID"
+
+
+class RunFacts(Protocol):
+    """What the settings of a run are read from (a session): its benchmarks, their inputs, models and options."""
+
+    config: pytest.Config
+    options: EngineOptions
+    bench_options: Mapping[str, Any]
+    selected: Sequence[str]
+
+    def benchmark(self, name: str) -> Benchmark: ...
+
+    def context(self, name: str) -> Any: ...
+
+    def models_for(self, name: str) -> list: ...
+
+    def matrix_models(self) -> list[str]: ...
+
+    def payload(self) -> dict: ...
 
 
 def shard_of(config: pytest.Config) -> tuple[int, int]:
@@ -37,7 +57,7 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_settings(session: EvalSession) -> dict[str, Any]:
+def run_settings(session: RunFacts) -> dict[str, Any]:
     """What makes the numbers: models, bootstrap and clustering, ontology, corpora, benchmark options, gates,
     and every case of the suite (so a merge can tell when the shards' union lacks planned items)."""
     metas = {name: session.benchmark(name).run_meta(session.context(name)) for name in session.selected}
@@ -59,7 +79,7 @@ def run_settings(session: EvalSession) -> dict[str, Any]:
     return settings
 
 
-def run_group_meta(session: EvalSession) -> dict[str, Any]:
+def run_group_meta(session: RunFacts) -> dict[str, Any]:
     """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings."""
     index, count = shard_of(session.config)
     if session.options.matrix_job is not None:  # one job per model of the matrix
@@ -74,4 +94,4 @@ def run_group_meta(session: EvalSession) -> dict[str, Any]:
             "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": fingerprint}
 
 
-__all__ = ["RUN_GROUP_ENV", "run_group_meta", "run_settings", "settings_hash", "shard_of"]
+__all__ = ["RUN_GROUP_ENV", "RunFacts", "run_group_meta", "run_settings", "settings_hash", "shard_of"]

@@ -31,7 +31,7 @@ def has_epochs(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def _item_key(row: Mapping[str, Any]) -> str:
-    from fieldeval.run.entries import case_key
+    from fieldeval.rows import case_key
 
     key = case_key(row)
     epoch = row.get("epoch")

@@ -1,6 +1,6 @@
 """Paired comparisons of two runs, and the regression gate built on them.
 
-Two runs of one benchmark are paired by case (:func:`fieldeval.run.entries.case_key`):
+Two runs of one benchmark are paired by case (:func:`fieldeval.rows.case_key`):
 each headline metric's difference (run - base) is computed on the shared items,
 and its ci95 resamples the same clusters for both runs, so the interval is the
 difference's own (Miller, "Adding Error Bars to Evals", arXiv:2411.00640,
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fieldeval.benchmark import benchmarks
-from fieldeval.run.entries import by_nodeid, case_key, without_clusters
+from fieldeval.rows import by_nodeid, case_key, without_clusters
 from fieldeval.stats import (DEFAULT_RESAMPLES, DEFAULT_SEED, Design, _round_p, paired_difference_with_evidence)
 from fieldeval.stats.robust import holm
 

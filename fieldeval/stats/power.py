@@ -156,9 +156,9 @@ def _baseline_run(store: Any, bench: str, model: str) -> str:
 
 def _power_cli(args: argparse.Namespace) -> int:
     from fieldeval.benchmark import get_benchmark
-    from fieldeval.run.entries import by_nodeid, without_clusters
+    from fieldeval.rows import by_nodeid, without_clusters
     from fieldeval.stats.epochs import collapse_epochs, has_epochs
-    from fieldeval.store.cli import _store
+    from fieldeval.store.shell import command_store
 
     bench = get_benchmark(args.bench)
     if not args.difference > 0:
@@ -175,7 +175,7 @@ def _power_cli(args: argparse.Namespace) -> int:
         raise UsageError(f"--difference {args.difference:g}: larger than {bench.name}.{metric}'s whole range "
                          f"({declared.low:g} to {declared.high:g}); pass a difference in the metric's units, e.g. "
                          f"{(declared.high - declared.low) / 20:g}")
-    with _store(args) as store:
+    with command_store(args) as store:
         run_id = args.from_run or _baseline_run(store, bench.name, bench.baseline)
         rows = store.run_rows(run_id).get(bench.name)
         settings = store.run_settings(run_id)
@@ -209,7 +209,7 @@ def _power_cli(args: argparse.Namespace) -> int:
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
     """Add ``fieldeval power BENCH --difference D [--from-run RUN] [--metric M]``."""
-    from fieldeval.store.cli import _add_store
+    from fieldeval.store.shell import add_store_option
 
     power = sub.add_parser(
         "power", help="items and clusters needed to detect a paired difference with 80%% power at alpha 0.05")
@@ -228,7 +228,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                        help="answers per item to plan for (default: the run's); needs a run made with --epochs")
     power.add_argument("--cluster-by", choices=("benchmark", "none"), default="benchmark", dest="cluster_by",
                        help="use the run's clusters (default) or treat items as independent")
-    _add_store(power)
+    add_store_option(power)
     power.set_defaults(func=_power_cli)
 
 

@@ -16,9 +16,11 @@ beta function (a continued fraction), so that a session's end needs no SciPy imp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from math import exp, inf, isfinite, lgamma, log, sqrt
+from math import atan, cos, exp, inf, isfinite, lgamma, log, log1p, pi, sin, sqrt, tan
+from statistics import NormalDist
 
 import numpy as np
 
@@ -84,14 +86,12 @@ def t_cdf(t: float, df: float) -> float:
 def t_ppf(p: float, df: float) -> float:
     """Student's t quantile for ``0 < p < 1`` and any ``df > 0`` (``scipy.special.stdtrit``).
 
-    Whole ``df`` use :func:`fieldeval.stats.t_quantile`; others bisect :func:`t_cdf` to machine precision.
+    Whole ``df`` use :func:`t_quantile`; others bisect :func:`t_cdf` to machine precision.
 
     Example:
         >>> round(t_ppf(0.975, 1.5), 4)
         6.8315
     """
-    from fieldeval.stats import t_quantile
-
     if p < 0.5:
         return -t_ppf(1.0 - p, df)
     if float(df).is_integer():
@@ -218,4 +218,56 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
     return out
 
 
-__all__ = ["Spread", "betainc", "holm", "least_df", "satterthwaite_df", "spread", "t_cdf", "t_ppf"]
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile ``t.ppf(p, df)`` for ``0.5 <= p < 1`` and a whole ``df >= 1``.
+
+    Closed forms for 1 and 2 degrees of freedom; up to :data:`T_SERIES_DF`, Newton's method on the exact
+    distribution function of a whole ``df`` (Abramowitz and Stegun 26.7.3-4) from the normal quantile; above
+    it, the Cornish-Fisher expansion in ``1/df`` to its fourth term (A&S 26.7.5). Both agree with SciPy's
+    ``t.ppf`` to 1e-12 (relative; the tests check every ``df`` to 1,050 and some far above): importing
+    SciPy for this one number cost every session's end about 0.2 s.
+
+    Example:
+        >>> round(t_quantile(0.975, 5), 6)
+        2.570582
+    """
+    if df == 1:
+        return tan(pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    if df > T_SERIES_DF:
+        z2 = z * z
+        g = [z * (z2 + 1) / 4, z * ((5 * z2 + 16) * z2 + 3) / 96, z * (((3 * z2 + 19) * z2 + 17) * z2 - 15) / 384,
+             z * ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) / 92160]
+        return z + sum(term / df ** power for power, term in enumerate(g, start=1))
+    log_density = lgamma((df + 1) / 2) - lgamma(df / 2) - 0.5 * log(df * pi)
+    t = z  # below the t quantile, where Newton's steps on the concave distribution function rise to it
+    for _ in range(100):
+        step = (p - _whole_t_cdf(t, df)) / exp(log_density - (df + 1) / 2 * log1p(t * t / df))
+        t += step
+        if abs(step) <= 1e-15 * t:
+            break
+    return float(t)
+
+
+T_SERIES_DF = 1_000  # t_quantile's exact series up to these degrees of freedom, its expansion above
+
+
+def _whole_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for t >= 0 and a whole ``df >= 3`` (A&S 26.7.3 for odd ``df``, 26.7.4 for even)."""
+    theta = atan(t / sqrt(df))
+    c2 = cos(theta) ** 2
+    k = np.arange(1, df // 2, dtype=float)  # the series' terms after its first, as a running product
+    if df % 2:
+        series = 1.0 + np.cumprod(2 * k / (2 * k + 1) * c2).sum()
+        two_sided = 2 / pi * (theta + sin(theta) * cos(theta) * series)
+    else:
+        series = 1.0 + np.cumprod((2 * k - 1) / (2 * k) * c2).sum()
+        two_sided = sin(theta) * series
+    return 0.5 + two_sided / 2
+
+
+__all__ = ["T_SERIES_DF", "Spread", "betainc", "holm", "least_df", "satterthwaite_df", "spread", "t_cdf", "t_ppf",
+           "t_quantile"]

@@ -12,37 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rich.markup import escape
 
-
-@contextmanager
-def _store(args: argparse.Namespace, *, create: bool = False) -> Iterator[Any]:
-    """The store named by ``--store`` (or the default); a database failure while using it is one line."""
-    from fieldeval.store import declared_columns, open_store
-    from fieldeval.store.url import database_errors
-
-    with open_store(args.store, columns=declared_columns(), create=create) as store, database_errors(store.url):
-        yield store
-
-
-def _console():
-    """A rich console on the current stdout (so tests can capture it)."""
-    from rich.console import Console
-
-    return Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
-
-
-def _fmt(value: Any) -> str:
-    """A metric value for a table cell."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if 0 < abs(value) < 0.001 else f"{value:.3f}"  # a cost of 5.76e-05 is not 0.000
-    return str(value)
+from fieldeval.store.shell import add_store_option, command_store, fmt, make_console
 
 
 def _versions(versions: dict[str, str | None]) -> str:
@@ -56,15 +30,15 @@ def _items(run: Any) -> str:
     """``338/340 (2 errored)`` from a run's counts, or the total items for runs stored before they were kept."""
     data = run if isinstance(run, dict) else run.as_dict()
     if data.get("items_planned") is None:
-        return _fmt(data.get("total_items"))
-    text = f"{_fmt(data.get('items_done'))}/{data['items_planned']}"
+        return fmt(data.get("total_items"))
+    text = f"{fmt(data.get('items_done'))}/{data['items_planned']}"
     return text + (f" ({data['items_errored']} errored)" if data.get("items_errored") else "")
 
 
 def _runs_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    with _store(args) as store:
+    with command_store(args) as store:
         runs = store.list_runs(benchmark=args.benchmark, corpus_version=args.corpus_version)
     kept = _kept_lines(args.reports_dir, {run.run_id for run in runs})
     if args.json:
@@ -86,7 +60,7 @@ def _runs_list(args: argparse.Namespace) -> int:
         corpus = _versions(run.corpus_versions) + (" (legacy)" if run.legacy else "")
         table.add_row(escape(run.run_id), run.created_at, escape(run.label or "-"), escape(", ".join(run.benchmarks)),
                       escape(", ".join(run.models)), corpus, escape(run.status), _items(run))
-    _console().print(table, crop=False)  # run ids whole even where the table cannot fit
+    make_console().print(table, crop=False)  # run ids whole even where the table cannot fit
     for line in kept:
         print(line)
     return 0
@@ -127,15 +101,15 @@ def _kept_status(folder: Any) -> str:
 def _runs_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    with _store(args) as store:
+    with command_store(args) as store:
         run = store.get_run(args.run_id)
     if args.json:
         print(json.dumps(run, indent=2, sort_keys=True, default=str))
         return 0
-    console = _console()
+    console = make_console()
     console.print(escape(f"run {run['run_id']}  {run['label'] or ''}".rstrip()))
     for key in ["status", "created_at", "completed_at", "ontology_version", "git_commit", "total_items", "responses"]:
-        console.print(escape(f"  {key}: {_fmt(run[key])}"))
+        console.print(escape(f"  {key}: {fmt(run[key])}"))
     if run.get("items_planned") is not None:
         console.print(escape(f"  items done/planned: {_items(run)}"))
     console.print(f"  corpus: {_versions(run['corpus_versions'])}" + ("  (legacy corpus)" if run["legacy"] else ""))
@@ -164,7 +138,7 @@ def _runs_show(args: argparse.Namespace) -> int:
         for key in keys:
             table.add_column(key, justify="right")
         for model, total in run["totals"].items():
-            table.add_row(escape(model), *(_fmt(total.get(key)) for key in keys))
+            table.add_row(escape(model), *(fmt(total.get(key)) for key in keys))
         console.print(table)
     if run["errors"]:
         table = Table(title=f"errored items ({len(run['errors'])})", title_justify="left")
@@ -180,7 +154,7 @@ def _runs_show(args: argparse.Namespace) -> int:
 def _runs_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    with _store(args) as store:
+    with command_store(args) as store:
         store.check_scoring_rules(args.run_ids, allow_mixed=args.allow_mixed_rules)
         payload = store.compare(args.run_ids, allow_partial=args.allow_partial)
         paired = store.differences(args.run_ids[0], args.run_ids[1:], cluster_by=args.cluster_by)
@@ -206,8 +180,8 @@ def _runs_compare(args: argparse.Namespace) -> int:
         for bench, metrics in entry["benchmarks"].items():
             rows.update(((bench, metric), None) for metric in metrics)
     for bench, metric in rows:
-        table.add_row(escape(bench), escape(metric), *(_fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
-    console = _console()
+        table.add_row(escape(bench), escape(metric), *(fmt(e["benchmarks"].get(bench, {}).get(metric)) for e in entries))
+    console = make_console()
     console.print(table, crop=False)  # run ids whole even where the table cannot fit
     if payload["differences"]:
         from fieldeval.run.summary import format_difference, format_p
@@ -285,7 +259,7 @@ def _runs_merge(args: argparse.Namespace) -> int:
 
     check_gate_options(args.max_errors, args.regression_tolerance)
     tool = tool_settings(project_root())  # the thresholds of the project the command runs in
-    with _store(args) as store:
+    with command_store(args) as store:
         merged = merge_group(store, args.group, tool, allow_partial=args.allow_partial, max_errors=args.max_errors,
                              baseline_run=args.baseline_run, tolerance=args.regression_tolerance)
         run = store.get_run(merged.run_id) if args.json else None
@@ -323,7 +297,7 @@ def _runs_push(args: argparse.Namespace) -> int:
         raise UsageError(f"runs push {target}: the session that kept {path} is still running and stores the run "
                          "itself; wait for it to end, then see `fieldeval runs list` before pushing")
     run = read_unstored(path)
-    with _store(args, create=True) as store:
+    with command_store(args, create=True) as store:
         stored_id = push(run, store, as_id=args.as_id)
     count = sum(len(rows) for rows in run.rows.values())
     print(f"stored {stored_id} ({count} responses) in {store.url}")
@@ -331,7 +305,7 @@ def _runs_push(args: argparse.Namespace) -> int:
 
 
 def _runs_delete(args: argparse.Namespace) -> int:
-    with _store(args) as store:
+    with command_store(args) as store:
         deleted = store.delete_run(args.run_id)
     print(f"deleted {args.run_id} and its {deleted} responses")
     return 0
@@ -341,7 +315,7 @@ def _models_add(args: argparse.Namespace) -> int:
     from fieldeval.calls.endpoints import check_endpoint, register_endpoint
 
     check_endpoint(args.endpoint)  # before a store is created for it
-    with _store(args, create=True) as store:
+    with command_store(args, create=True) as store:
         record, created = register_endpoint(
             store, args.name, args.endpoint, key_env=args.key_env, replace=args.replace, provider=args.provider,
             context_window=args.context_window, parameters_billion=args.parameters_billion, notes=args.notes)
@@ -354,7 +328,7 @@ def _models_add(args: argparse.Namespace) -> int:
 def _models_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    with _store(args) as store:
+    with command_store(args) as store:
         records = store.list_models()
     if args.json:
         print(json.dumps([record.as_dict() for record in records], indent=2))
@@ -370,15 +344,8 @@ def _models_list(args: argparse.Namespace) -> int:
     for record in records:
         data = record.as_dict()
         table.add_row(*("-" if data[column] is None else escape(str(data[column])) for column in columns))
-    _console().print(table)
+    make_console().print(table)
     return 0
-
-
-def _add_store(parser: argparse.ArgumentParser) -> None:
-    """The ``--store`` option every subcommand takes."""
-    parser.add_argument("--store", metavar="URL", default=None,
-                        help="sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
-                             "(default: $FIELDEVAL_STORE, else reports/fieldeval.db)")
 
 
 def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParsersAction | None = None) -> None:
@@ -473,4 +440,4 @@ def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParser
     m_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m_list.set_defaults(func=_models_list)
     for parser in (r_list, r_show, r_compare, r_merge, r_push, r_delete, r_diff, r_items, r_item, m_add, m_list):
-        _add_store(parser)
+        add_store_option(parser)

@@ -2,7 +2,7 @@
 
 :func:`diff_rows` is a pure function of two runs' rows (as :meth:`Store.run_rows` gives them);
 :func:`run_diff` reads them from a store. Items pair by (benchmark, case) as paired differences do
-(:func:`fieldeval.run.entries.case_key`); each is named by its case id, the id the store keeps it under.
+(:func:`fieldeval.rows.case_key`); each is named by its case id, the id the store keeps it under.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fieldeval.errors import UsageError
-from fieldeval.run.entries import by_nodeid, case_key
+from fieldeval.rows import by_nodeid, case_key
 from scorers.ibf import DIMENSIONS as IBF_DIMENSIONS
 from scorers.ibf import PASS_THRESHOLD as IBF_PASS
 

@@ -86,12 +86,12 @@ def _print_diff(console: Any, diff: Mapping[str, Any], cis: Mapping[str, Any], l
 
 def runs_diff(args: argparse.Namespace) -> int:
     """Print the diff of RUN against BASE (tables, or one benchmark's JSON with ``--json``)."""
-    from fieldeval.store.cli import _console, _store
+    from fieldeval.store.shell import command_store, make_console
     from fieldeval.store.diff import paired_ci, run_diff
 
     if args.limit < 1:
         raise UsageError(f"runs diff --limit {args.limit}: must be at least 1; pass e.g. --limit 20")
-    with _store(args) as store:
+    with command_store(args) as store:
         diffs = run_diff(store, args.base, args.run, benchmark=args.benchmark, base_model=args.base_model,
                          model=args.model)
         if args.json:
@@ -101,7 +101,7 @@ def runs_diff(args: argparse.Namespace) -> int:
             print(json.dumps(diffs[0], indent=2))
             return 0
         cis = {d["benchmark"]: paired_ci(store, d, base_model=args.base_model, model=args.model) for d in diffs}
-    console = _console()
+    console = make_console()
     for diff in diffs:
         ci = cis[diff["benchmark"]]
         _print_diff(console, diff, {ci["metric"]: ci} if ci else {}, args.limit)

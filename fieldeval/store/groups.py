@@ -167,7 +167,7 @@ def planned_items(settings: Mapping[str, Any]) -> dict[tuple[str, str], list[str
 def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mapping[str, Sequence[dict]],
                   errored: Sequence[tuple[str, str, str]] = ()) -> list[str]:
     """``bench model case`` of each planned item that no shard scored nor errored on, in suite order."""
-    from fieldeval.run.entries import case_key
+    from fieldeval.rows import case_key
 
     seen = {(bench, str(row.get("model")), case_key(row)) for bench, bench_rows in rows.items() for row in bench_rows}
     seen |= set(errored)
@@ -177,7 +177,7 @@ def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mappin
 
 def _errored_items(store: Store, shards: Sequence[Shard]) -> list[tuple[str, str, str]]:
     """(benchmark, model, case key) of the shards' errored items."""
-    from fieldeval.run.entries import case_key
+    from fieldeval.rows import case_key
 
     t = store.tables.evaluation_errors
     with store.engine.connect() as conn:
@@ -217,10 +217,11 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
         >>> merge_group(store, "9876543210", tool_settings(Path.cwd())).run_id  # doctest: +SKIP
         'run_5d0c9e1a'
     """
-    from fieldeval.run.entries import benchmark_entries, by_nodeid
+    from fieldeval.rows import by_nodeid
+    from fieldeval.run.entries import benchmark_entries
     from fieldeval.calls.client import model_ids
     from fieldeval.run.gates import gate_results
-    from fieldeval.run.session import check_gate
+    from fieldeval.run.gates import check_gate
     from fieldeval.settings import load_thresholds
 
     from fieldeval.run.gates import error_gates

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from fieldeval.errors import UsageError
-from fieldeval.store.cli import _fmt
+from fieldeval.store.shell import fmt
 
 TABLE_LIMIT = 50  # items a table shows unless --limit says otherwise (--json and --tsv: every item)
 SHORT = 60  # characters of the response a table or TSV line shows
@@ -37,13 +37,13 @@ def listed_columns(items: Sequence[Mapping[str, Any]], benchmark: str | None) ->
 def runs_items(args: argparse.Namespace) -> int:
     """Print one item per line (a table, ``--tsv`` or ``--json``), filtered, sorted and limited."""
     from fieldeval.inputs import tsv_cell
-    from fieldeval.store.cli import _console, _store
+    from fieldeval.store.shell import command_store, make_console
     from fieldeval.store.items import items_page
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"runs items --limit {args.limit}: must be at least 1; pass e.g. --limit 50")
     limit = args.limit if args.limit is not None else (None if args.json or args.tsv else TABLE_LIMIT)
-    with _store(args) as store:
+    with command_store(args) as store:
         page = items_page(store, args.run_id, benchmark=args.benchmark, model=args.model, where=args.where,
                           sort=args.sort, limit=limit)
     items, total = page["items"], page["total"]
@@ -65,7 +65,7 @@ def runs_items(args: argparse.Namespace) -> int:
     table = Table(title=escape(f"{args.run_id}: {total} items" + (f", the first {len(items)} (--limit, or --json "
                                                                    "for all)" if len(items) < total else "")),
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    cells = [[_fmt(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
+    cells = [[fmt(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
     for i, column in enumerate([*columns, "response"]):  # one line per item: headers may wrap, cells never do
         widest = max((len(row[i]) for row in cells), default=1)
         if column in ("cluster", "stratum", "response"):  # long free text: cut with an ellipsis (--json: whole)
@@ -76,7 +76,7 @@ def runs_items(args: argparse.Namespace) -> int:
                 "benchmark", "model", "case_id", "status") else "right")
     for row in cells:
         table.add_row(*map(escape, row))
-    console = _console()
+    console = make_console()
     console.print(table)
     if items:
         console.print(escape(f"one item whole: fieldeval runs item {args.run_id} {items[0]['case_id']}"))
@@ -106,14 +106,14 @@ def _print_item(console: Any, item: Mapping[str, Any]) -> None:
         table.add_column("column")
         table.add_column("value", overflow="fold")
         for name, value in item["scores"].items():
-            table.add_row(escape(name), escape(_fmt(value)))
+            table.add_row(escape(name), escape(fmt(value)))
         console.print(table)
         _section(console, "explanation", item.get("explanation"), "none for this item")
     cost = item.get("est_cost_usd")
     console.print(escape(
-        f"call: prompt tokens {_fmt(item.get('prompt_tokens'))}, completion tokens "
-        f"{_fmt(item.get('completion_tokens'))}, cost {'-' if cost is None else f'${cost:.6f}'}, "
-        f"latency {_fmt(item.get('response_time_s'))} s, cached {_fmt(item.get('cached'))}"))
+        f"call: prompt tokens {fmt(item.get('prompt_tokens'))}, completion tokens "
+        f"{fmt(item.get('completion_tokens'))}, cost {'-' if cost is None else f'${cost:.6f}'}, "
+        f"latency {fmt(item.get('response_time_s'))} s, cached {fmt(item.get('cached'))}"))
     if item.get("error"):
         error = item["error"]
         console.print(escape(f"error: {error.get('error_class')}: {error.get('message') or ''}"))
@@ -121,15 +121,15 @@ def _print_item(console: Any, item: Mapping[str, Any]) -> None:
 
 def runs_item(args: argparse.Namespace) -> int:
     """Print one item whole: what was sent, the response, its scores and why, and what the call cost."""
-    from fieldeval.store.cli import _console, _store
+    from fieldeval.store.shell import command_store, make_console
     from fieldeval.store.items import item_whole
 
-    with _store(args) as store:
+    with command_store(args) as store:
         item = item_whole(store, args.run_id, args.case_id, benchmark=args.benchmark, model=args.model)
     if args.json:
         print(json.dumps(item, indent=2, ensure_ascii=False, default=str))
         return 0
-    _print_item(_console(), item)
+    _print_item(make_console(), item)
     return 0
 
 

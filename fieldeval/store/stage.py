@@ -92,7 +92,7 @@ class ResponseStage:
 
     def _write(self, rows_by_benchmark: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         from fieldeval.store.payload import UNDECLARED, response_row
-        from fieldeval.store.runs import insert_responses
+        from fieldeval.store.sql import insert_responses
 
         if self._engine is None:
             self._open()
@@ -167,7 +167,7 @@ class ResponseStage:
     def copy_into(self, conn: Any, table: Any, scored_at: Any) -> None:
         """Insert the staged rows into the store's ``evaluation_responses`` (``table``) within ``conn``'s
         transaction, in the store's order; a row without a time of its own gets ``scored_at``."""
-        from fieldeval.store.runs import bind_processor
+        from fieldeval.store.sql import bind_processor
 
         names = [c.name for c in self._table.columns if c.name != _ORDER]
         convert = bind_processor(table.c.scored_at.type, conn.dialect)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from fieldeval.errors import UsageError
 
-if TYPE_CHECKING:
-    from fieldeval.store.items import _Part
+
+class _Part(Protocol):
+    """A table items come from, as a ``--where`` reads it: each item column as text or as a number."""
+
+    def text(self, name: str, dialect: str) -> sa.ColumnElement: ...
+
+    def number(self, name: str, dialect: str) -> sa.ColumnElement: ...
 
 _COMPARE = {ast.Eq: "__eq__", ast.NotEq: "__ne__", ast.Lt: "__lt__", ast.LtE: "__le__", ast.Gt: "__gt__",
             ast.GtE: "__ge__"}
