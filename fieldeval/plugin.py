@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import pytest

@@ -32,7 +32,7 @@ from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.calls.failures import failure_class
 from fieldeval.run.gates import check_gate, error_gates, gate_results
 from fieldeval.calls.limits import CallLimits
-from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY  # noqa: F401  (the plugin's)
+from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, ITEM_KEY, MARKER, ROW_KEY
 from fieldeval.run.options import EngineOptions
 from fieldeval.stats.paired import regression_gates
 from fieldeval.run.progress import Progress
