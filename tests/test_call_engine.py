@@ -79,7 +79,7 @@ def test_an_invalid_200_reply_is_retried_errored_and_never_cached(http_project, 
                           "-n", "0")
     result.assert_outcomes(failed=2)
     assert STATS.as_dict()["requests"] == 4
-    result.stdout.fnmatch_lines([f"*{model}: no invalid reply after 2 request(s): InvalidReply: *"])
+    result.stdout.fnmatch_lines([f"*{model}: no valid reply after 2 request(s): InvalidReply: *"])
     assert report["evals"]["benchmarks"]["ebs"][model]["errors"] == 2
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0

@@ -602,7 +602,7 @@ class ModelClient:
                 self.board.mark_dead(request.model_id, str(error))
             raise
         except TransientCallError as error:
-            what = "invalid reply" if isinstance(error, InvalidReplyError) else "response"
+            what = "valid reply" if isinstance(error, InvalidReplyError) else "response"
             raise ModelCallError(request.model_id, f"no {what} after {sent} request(s): {error.detail}",
                                  kind="transient") from None
 
