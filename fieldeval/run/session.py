@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import fieldeval.store.pending  # noqa: F401  (imported here, never first in the store's thread: a module that
-import fieldeval.store.url  # noqa: F401  pytest rewrites, parsed in two threads at once, trips CPython 3.11's parser)
 from fieldeval.benchmark import Benchmark, get_benchmark
 from fieldeval.calls.client import ModelClient, model_ids, resolve_model
 from fieldeval.run.entries import benchmark_entries
@@ -202,6 +200,11 @@ class EvalSession:
 
     def prepare(self) -> None:
         """Check the models and the store, and load every selected benchmark's inputs before collection (controller)."""
+        # imported here, never first in the store's thread: a module that pytest rewrites, parsed in two threads at
+        # once, trips CPython 3.11's parser (xdist workers, which never store, do without SQLAlchemy)
+        import fieldeval.store.pending  # noqa: F401
+        import fieldeval.store.url  # noqa: F401
+
         for model in self.options.models:
             resolve_model(model)
         if self.options.matrix_job is not None and getattr(self.config.option, "splits", None):
