@@ -186,7 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _start_session(config: pytest.Config, engine, bench_options: dict, *, selected: list[str]) -> EvalSession:
     """Build and register the session (the engine is imported here), and on the controller prepare the run."""
     from fieldeval.run import resume
-    from fieldeval.run.lean import ReportReleaser
+    from fieldeval.run.memory import ReportReleaser
     from fieldeval.run.runfiles import RunFiles
     from fieldeval.run.session import EvalSession
     from fieldeval.run.signals import Interrupts
@@ -214,7 +214,7 @@ def _start_session(config: pytest.Config, engine, bench_options: dict, *, select
     config.stash[_SESSION] = state
     config.pluginmanager.register(state, "fieldeval-session")
     if not worker:
-        config.pluginmanager.register(ReportReleaser(config, state), "fieldeval-lean")
+        config.pluginmanager.register(ReportReleaser(config, state), "fieldeval-memory")
     config.stash[_SIGNALS] = interrupts = Interrupts(on_signal=lambda name: state.stop_calls(name),
                                                      on_stop=state.keep_unsaved)
     if selected:
@@ -411,16 +411,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan the progress counts, start the solvers of the eval items (see :mod:`fieldeval.calls.pool`), and freeze
     the collected objects.
 
-    Deselected items are counted, not kept (:func:`~fieldeval.run.lean.release_deselected`). With many
-    items, syrupy lets go of them in a session of eval items only (:func:`~fieldeval.run.lean.release_syrupy_items`),
+    Deselected items are counted, not kept (:func:`~fieldeval.run.memory.release_deselected`). With many
+    items, syrupy lets go of them in a session of eval items only (:func:`~fieldeval.run.memory.release_syrupy_items`),
     ``gc.freeze()`` moves everything collection built into the permanent generation, so neither the
     collector during the run nor the collections at exit walk the items again, and each eval item is let go
-    of once it has run (:func:`~fieldeval.run.lean.release_items`).
+    of once it has run (:func:`~fieldeval.run.memory.release_items`).
     """
     state = _active(session.config)
     if state is None:
         return
-    from fieldeval.run.lean import release_deselected, release_items, release_syrupy_items, slim_items
+    from fieldeval.run.memory import release_deselected, release_items, release_syrupy_items, slim_items
 
     state.pytest_session = session
     eval_items = [item for item in session.items if _tag(item) is not None]
@@ -620,7 +620,7 @@ def pytest_sessionfinish(session: pytest.Session):
         _drop_idle_hypothesis_plugin(session, state)  # a worker prints its own (empty) terminal summary too
     if is_xdist_worker(config) or files is None or state is None:
         return (yield)
-    from fieldeval.run.lean import trim_heap
+    from fieldeval.run.memory import trim_heap
 
     interrupts = config.stash[_SIGNALS]
     interrupts.shield()

@@ -274,7 +274,7 @@ def test_the_heaps_free_pages_go_back_to_the_system_before_the_rows_come_in():
     import sys
 
     script = (
-        "from fieldeval.run.lean import trim_heap\n"
+        "from fieldeval.run.memory import trim_heap\n"
         "def rss():\n"
         "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS:')).split()[1]) // 1024\n"
         "blocks = [bytes(1000) + bytes([i % 256]) for i in range(200_000)]\n"

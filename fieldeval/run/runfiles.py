@@ -161,7 +161,7 @@ def trim_report(report: dict, items: int, released: int = 0) -> None:
     """Above :func:`trim_limit` eval items, keep only the per-test entries of items that did not pass.
 
     The dropped counts go to ``report["trimmed"]``, with the ``released`` entries let go of while the
-    session ran (:mod:`fieldeval.run.lean`); the rows file holds every item's values.
+    session ran (:mod:`fieldeval.run.memory`); the rows file holds every item's values.
     """
     limit = trim_limit()
     if items <= limit:

@@ -93,7 +93,7 @@ class EvalSession:
         self._designs: dict[str, tuple[list, list[str]]] = {}
         self.notices: list[str] = []  # one line each, printed once before the items run
         self._item_properties: dict[tuple[str, str], tuple[str, str]] = {}
-        self.released_entries = 0  # passed items whose pytest-json-report entries were let go of (run.lean)
+        self.released_entries = 0  # passed items whose pytest-json-report entries were let go of (run.memory)
         self.module_benchmarks: dict[str, tuple[str, ...]] = {}  # eval modules (as node ids begin) -> benchmarks
 
     @classmethod
@@ -592,7 +592,7 @@ class EvalSession:
                 if name == ROW_KEY:  # to the spool as its JSON text, parsed once at the end (run.spool)
                     self._spool.add(key[0], report.nodeid, value)
                     if self._stage is not None and self._stage.add(key[0], report.nodeid, value):
-                        from fieldeval.run.lean import trim_heap
+                        from fieldeval.run.memory import trim_heap
 
                         trim_heap()  # a chunk's passing memory back to the system, not left between the items'
         if report.when in ("call", "teardown") and self.eval_items > self.trim_limit:
@@ -801,7 +801,7 @@ class EvalSession:
         """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
         if self.ran_evals():
             json_report["evals"] = self.payload()
-            from fieldeval.run.lean import restore_summary
+            from fieldeval.run.memory import restore_summary
 
             restore_summary(json_report, self.released_entries)
 
