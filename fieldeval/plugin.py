@@ -631,7 +631,7 @@ def pytest_sessionfinish(session: pytest.Session):
     try:
         if state.eval_items >= FREEZE_ABOVE_ITEMS:
             trim_heap()  # the finished items' free memory back to the system before the rows come in
-            state.rows  # noqa: B018  (parsed once, then frozen: no collection walks them while the run is saved)
+            state.rows()  # parsed once, then frozen: no collection walks them while the run is saved
             gc.freeze()
         state.finish(session.exitstatus)
         _drop_idle_hypothesis_plugin(session, state)
@@ -712,7 +712,7 @@ def _save_session(config: pytest.Config, state: EvalSession, files: RunFiles, ex
             report = getattr(json_plugin, "report", None)
             if report is not None:
                 report["exitcode"] = exitstatus
-                report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows.values()))
+                report["evals_rows"] = files.rows_pointer(rows, sum(len(r) for r in state.rows().values()))
                 trim_report(report, state.eval_items, state.released_entries)
                 files.write_report(report, indent=config.option.json_report_indent)
             files.publish(tables)

@@ -322,7 +322,7 @@ class EvalSession:
     def take_resumed_rows(self) -> None:
         """Start the rows from the resumed run's scored rows (controller), so its report covers every item."""
         for bench, rows in self.resumed_rows().items():
-            self.rows[bench].extend(rows)
+            self.rows()[bench].extend(rows)
             self._rows[bench].sort(key=itemgetter("nodeid"))  # the rows by benchmark are always in node id order
 
     # --- the call engine: solvers in one bounded pool ----------------------------------------
@@ -637,7 +637,6 @@ class EvalSession:
             reporter.write_line(f"fieldeval: {model} failed permanently, its remaining items are skipped: "
                                 f"{error['detail']}", red=True)
 
-    @property
     def rows(self) -> dict[str, list[dict]]:
         """Every recorded row by benchmark, in node id order: the items' rows wait in the session's spool
         (:mod:`fieldeval.run.spool`) while it runs and are parsed here, once, when first read after new ones came."""
@@ -654,7 +653,7 @@ class EvalSession:
         """Every row for the rows file, by benchmark and then node id: as its spool line where that is the row's
         own JSON (:meth:`~fieldeval.run.spool.RowSpool.lines`), else as the row. The spool file goes once they
         have all been given."""
-        for name in sorted(self.rows):
+        for name in sorted(self.rows()):
             yield from self._spool.lines(name, self.sorted_rows(name))
         self._spool.discard()
 
@@ -676,7 +675,7 @@ class EvalSession:
     def sorted_rows(self, benchmark: str) -> list[dict]:
         """A benchmark's rows in a stable order, whatever order the workers finished in: node id order, which
         :attr:`rows` keeps (a copy of its list)."""
-        return list(self.rows.get(benchmark, []))
+        return list(self.rows().get(benchmark, []))
 
     def error_lines(self) -> list[str]:
         """One line per model with errors: the count and the most common reasons."""
@@ -697,8 +696,8 @@ class EvalSession:
         """``report["evals"]``: run id, ontology version, and every benchmark's metrics per model."""
         if self._payload is not None:
             return self._payload
-        versions = sorted({r["ontology_version"] for r in self.rows.get("ebs", []) if r.get("ontology_version")})
-        out = benchmark_entries(self.rows, self.errors, seed=self.options.seed, resamples=self.options.resamples,
+        versions = sorted({r["ontology_version"] for r in self.rows().get("ebs", []) if r.get("ontology_version")})
+        out = benchmark_entries(self.rows(), self.errors, seed=self.options.seed, resamples=self.options.resamples,
                                 cluster_by=self.options.cluster_by, planned=self.progress.planned,
                                 errored_epochs=self.errored_epochs)
         # every row is one (benchmark, model)'s: the cache hits are the entries' cached items (no pass over the rows)
@@ -711,7 +710,7 @@ class EvalSession:
             "ontology_version": versions[0] if len(versions) == 1 else (versions or None),
             "benchmarks": out,
             "cache": {"mode": self.options.cache, "hits": hits,
-                      "misses": sum(map(len, self.rows.values())) - hits},
+                      "misses": sum(map(len, self.rows().values())) - hits},
             "gates": gates,
             "status": self.status,
         }
@@ -783,7 +782,7 @@ class EvalSession:
             raise UsageError(f"--baseline-run {self.options.baseline_run}: needs a run store; drop --store none")
         with open_store(url, columns=declared_columns()) as store:
             base_rows = store.run_rows(self.options.baseline_run)
-        rows = {name: self.sorted_rows(name) for name in self.rows}
+        rows = {name: self.sorted_rows(name) for name in self.rows()}
         diffs, notes = differences(self.options.baseline_run, base_rows, self.run_id, rows, seed=self.options.seed,
                                    resamples=self.options.resamples, cluster_by=self.options.cluster_by,
                                    tolerance=self.options.regression_tolerance)
@@ -823,7 +822,7 @@ class EvalSession:
     def write_outputs(self, folder: Path) -> list[Path]:
         """Each benchmark's scored tables under ``folder``; the paths written."""
         written: list[Path] = []
-        for name in sorted(self.rows):
+        for name in sorted(self.rows()):
             written += self.benchmark(name).write_outputs(self.sorted_rows(name), folder)
         return written
 
@@ -917,7 +916,7 @@ class EvalSession:
         from fieldeval.store.payload import flatten_run
 
         try:
-            metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows}
+            metas = {name: self.benchmark(name).run_meta(self.context(name)) for name in self.rows()}
             meta = {
                 "label": self.options.run_label,
                 "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
@@ -929,7 +928,7 @@ class EvalSession:
                 **self.item_counts(),
                 "errors": self.failed_items,
             }
-            rows = {name: self.sorted_rows(name) for name in self.rows}
+            rows = {name: self.sorted_rows(name) for name in self.rows()}
         except BaseException:
             self.abandon_store()
             raise

@@ -141,7 +141,7 @@ class RunStore:
 
         Example:
             >>> session = eval_session(config)  # doctest: +SKIP
-            >>> store.save_run(session.payload(), {b: session.sorted_rows(b) for b in session.rows},
+            >>> store.save_run(session.payload(), {b: session.sorted_rows(b) for b in session.rows()},
             ...                {"label": "nightly", "corpus_version": {"ebs": "ebs-suite@3f2a"}})  # doctest: +SKIP
             'run_3b9e204a'
         """
