@@ -141,3 +141,14 @@ def test_a_session_of_eval_items_only_never_imports_hypothesis(project, workers)
             for path in project.path.glob("imported-*.json")}
     expected = {"controller", "gw0", "gw1"} if workers else {"controller"}
     assert seen == dict.fromkeys(expected, False)
+
+
+def test_a_fifo_binary_or_empty_module_is_no_eval_module_and_never_blocks(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "test_fifo.py")  # reading it would wait for a writer forever
+    (tmp_path / "test_binary.py").write_bytes(b"\x00\xff\xfe fieldeval( benchmark=\x00")
+    (tmp_path / "test_empty.py").write_bytes(b"")
+    (tmp_path / "test_bom.py").write_bytes(b'\xef\xbb\xbfimport pytest\npytestmark = pytest.mark.fieldeval(benchmark="ibf")\n')
+    found = marked_modules([tmp_path], python_files=["test_*.py"], norecursedirs=[])
+    assert {p.name: names for p, names in found.items()} == {"test_bom.py": ("ibf",)}

@@ -13,6 +13,7 @@ import ast
 import fnmatch
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def marked_modules(paths: Iterable[Path], *, python_files: Sequence[str],
 def benchmarks_marked(module: Path) -> tuple[str, ...]:
     """The benchmarks the ``fieldeval`` markers of one module's source name, in order (none: not an eval module)."""
     try:
+        if not stat.S_ISREG(module.stat().st_mode):  # a FIFO or a device named test_x.py is not read (it may block)
+            return ()
         source = module.read_bytes()
     except OSError:
         return ()
