@@ -152,3 +152,18 @@ def test_a_fifo_binary_or_empty_module_is_no_eval_module_and_never_blocks(tmp_pa
     (tmp_path / "test_bom.py").write_bytes(b'\xef\xbb\xbfimport pytest\npytestmark = pytest.mark.fieldeval(benchmark="ibf")\n')
     found = marked_modules([tmp_path], python_files=["test_*.py"], norecursedirs=[])
     assert {p.name: names for p, names in found.items()} == {"test_bom.py": ("ibf",)}
+
+
+@pytest.mark.slow  # collects every installed benchmark in two workers
+def test_the_installed_evals_by_pyargs_under_xdist_plan_their_progress(tmp_path):
+    # the README's CI recipe (pytest --pyargs fieldeval.bundled.evals --rootdir . -n N): node ids then name the
+    # module by its file alone, and the controller must still know which benchmark each collected item is
+    progress = tmp_path / "progress.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "fieldeval.bundled.evals", "--rootdir", ".",
+                           "-n", "2", "--store", "none", "-q", "-p", "no:cacheprovider", "-k", "ibf_0001 or ibf_0002",
+                           "--progress-file", str(progress)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    written = json.loads(progress.read_text())
+    assert (written["total"], written["done"]) == (2, 2)
+    assert [(m["benchmark"], m["model"], m["total"]) for m in written["per_model"]] == [("ibf", "ibf-floor", 2)]

@@ -475,9 +475,14 @@ class EvalSession:
     def plan_from_ids(self, ids: list[str]) -> None:
         """Planned items from xdist's collected node ids: ``<eval module>::...-<model>]``."""
         keys = []
+        modules: dict[str, tuple[str, ...]] = {}
         for nodeid in ids:
             tail = nodeid.removesuffix("]")
-            for bench in self.module_benchmarks.get(nodeid.split("::")[0], ()):
+            module = nodeid.split("::")[0]
+            if module not in modules:  # as the rootdir names it; else (--pyargs, outside the rootdir) by its path's end
+                modules[module] = self.module_benchmarks.get(module) or next(
+                    (names for path, names in self.module_benchmarks.items() if path.endswith(f"/{module}")), ())
+            for bench in modules[module]:
                 model = max((m for m in self.models_for(bench) if tail.endswith(f"-{getattr(m, 'test_id', m)}")
                              or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
                             key=lambda m: len(getattr(m, "test_id", m)), default=None)
