@@ -251,6 +251,14 @@ def _no_findings(context: Any) -> Sequence[Finding]:
     return ()
 
 
+def _no_grid(context: Any) -> Mapping[str, Any] | None:
+    return None
+
+
+def _zero_temperature(context: Any) -> float:
+    return 0.0
+
+
 @dataclass(frozen=True)
 class Benchmark(Generic[Context]):
     """A benchmark as the engine sees it.
@@ -291,6 +299,12 @@ class Benchmark(Generic[Context]):
             empty: the first headline metric.
         clusters_called: what its clusters are, in the plural (``studies``): the words that name an interval's
             question (:func:`fieldeval.stats.wording.interval_names`).
+        matrix: context -> the llm-matrix ``matrix:`` block its cases came with (``--matrix`` runs it), or None.
+        temperature: context -> the temperature its items are asked at when no design sets one.
+        ids: context -> every case's pytest id in order, where the context can say without reading each case;
+            None: each case's ``test_id``.
+        run_facts: the row keys whose one value across a run is a fact of the run (EBS: ``ontology_version``),
+            reported at the top of ``report["evals"]``.
     """
 
     name: str
@@ -327,6 +341,16 @@ class Benchmark(Generic[Context]):
     items: ItemView = field(default_factory=ItemView)
     lead: str = ""
     clusters_called: str = "clusters"
+    matrix: Callable[[Context], Mapping[str, Any] | None] = _no_grid
+    temperature: Callable[[Context], float] = _zero_temperature
+    ids: Callable[[Context], Sequence[str]] | None = None
+    run_facts: tuple[str, ...] = ()
+
+    def case_ids(self, context: Context) -> list[str]:
+        """Every case's pytest id, in the cases' order."""
+        if self.ids is not None:
+            return [str(i) for i in self.ids(context)]
+        return [str(c.test_id) for c in self.cases(context)]
 
     @property
     def headline(self) -> list[str]:
@@ -363,12 +387,6 @@ def benchmarks() -> dict[str, Benchmark]:
             raise TypeError(f"entry point {point.name} = {point.value} is not a fieldeval Benchmark")
         found.setdefault(bench.name, bench)
     return found
-
-
-def case_ids(cases: Any) -> list[str]:
-    """Every case's pytest id, in order; without reading the cases where they can say (the EBS suite's
-    ``test_ids``)."""
-    return [str(i) for i in cases.test_ids()] if hasattr(cases, "test_ids") else [str(c.test_id) for c in cases]
 
 
 def get_benchmark(name: str) -> Benchmark:

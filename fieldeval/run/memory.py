@@ -1,41 +1,52 @@
-"""What a large eval session lets go of, so its memory follows the items still to run and not its finished ones.
+"""Every reach of fieldeval into pytest's, pytest-json-report's, syrupy's and Hypothesis's internals, in one place.
 
-In a session of 1,000 eval items or more and nothing else, each item itself is
-let go of once it has run (:class:`ItemReleaser`): ``session.items`` keeps a
-:class:`FinishedItem` with its node id in its place.
+Each is here for the 100,000-item goals (memory that follows the items still to
+run, an exit in seconds) or a session's CPU; none has a public API that does the
+same. ``tests/test_upstream_internals.py`` fails, naming the reach, when a
+release of the other project changes what it relies on. What each buys:
 
-Above the report's trim limit (10,000 eval items), once an eval item passed:
-
-- pytest's terminal reporter keeps no :class:`~pytest.TestReport` of its setup
-  or teardown (they count towards nothing) and, for its call, one shared
-  :data:`PASSED` stand-in that still counts in the final ``N passed`` line;
-- pytest-json-report keeps no entry for it (``report.json`` would drop it
-  anyway); :func:`restore_summary` adds the dropped items back into the
-  report's ``summary`` counts.
-
-Reports of items that failed, errored or were skipped stay whole. Nothing is
-let go of when the user asked for passed reports (``-rp``, ``-rP``, ``-rA``)
-or for pytest-split's ``--store-durations``, which read them at the end.
-
-:func:`slim_items` drops the fixture request pytest builds for every collected
-item at collection (pytest builds it again when the item runs and drops it
-after, as it does for every item).
-
-:func:`trim_heap` hands the C heap's free pages back to the system as the
-session ends, before its rows are parsed, and after each chunk of rows the
-store's stage builds while the items run.
+- :func:`release_report` (pytest's terminal reporter ``stats`` lists and
+  pytest-json-report's ``_json_tests``, above the trim limit, 10,000 eval items):
+  a passed item keeps no setup, teardown or call report (one shared
+  :data:`PASSED` stand-in still counts in ``N passed``) and no JSON entry
+  (:func:`restore_summary` counts it back into ``summary``). Not with ``-rp``,
+  ``-rP``, ``-rA`` or ``--store-durations``, which read passed reports at the end.
+- :class:`ItemReleaser` (``session.items``, 1,000 eval items and nothing else):
+  each finished item is replaced by a :class:`FinishedItem`, so the process's
+  memory follows the items still to run.
+- :func:`slim_items` (``item._request``, ``item.funcargs``): the fixture request
+  pytest builds for each item at collection goes (pytest makes it again when the
+  item runs).
+- :func:`release_deselected` (the reporter's ``deselected`` list) and
+  :func:`release_syrupy_items` (syrupy's ``config._syrupy.start()``): a shard of
+  25,000 items of a 100,000 suite holds 209 MB after collection instead of 395 MB
+  (``benchmarks/RESULTS.md``, An EBS run at scale, and ``docs/architecture.md``, Scale).
+- :func:`drop_idle_hypothesis_plugin` (Hypothesis's plugin, by its registered name):
+  an eval-only session saves about 1.5 CPU-s per process, the import of the whole
+  library in Hypothesis's terminal summary (``benchmarks/RESULTS.md``, the design
+  card's ``pytest evals -n 8``).
+- :func:`freeze` (``gc.freeze``, the whole process, 1,000 eval items or more): the
+  cyclic collector never walks the collected items or the parsed rows again.
+- :func:`trim_heap` (glibc's ``malloc_trim``): the finished items' free C-heap pages
+  (30 MB at 100,000 items) go back to the system before the rows are parsed.
+- :func:`json_report`: pytest-json-report's report, read after its
+  ``pytest_sessionfinish`` built it, so the run's files write it (per run, atomically).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import gc
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from fieldeval.defaults import ITEM_KEY
+HYPOTHESIS_PLUGIN = "hypothesispytest"  # the name Hypothesis registers its pytest plugin under
+JSON_REPORT_ATTR = "_json_report"  # the config attribute pytest-json-report keeps its plugin in
+SYRUPY_ATTR = "_syrupy"  # the config attribute syrupy keeps its snapshot session in
 
 
 class _PassedStandIn:
@@ -86,30 +97,12 @@ def release_report(config: pytest.Config, report: pytest.TestReport) -> bool:
                 bucket.pop()
     if report.when != "teardown":
         return False
-    tests = getattr(getattr(config, "_json_report", None), "_json_tests", None)
+    tests = getattr(getattr(config, JSON_REPORT_ATTR, None), "_json_tests", None)
     entry = tests.get(report.nodeid) if isinstance(tests, dict) else None
     if entry is not None and entry.get("outcome") == "passed":
         del tests[report.nodeid]
         return True
     return False
-
-
-class ReportReleaser:
-    """The plugin (controller only) that lets go of passed eval items' reports above the trim limit."""
-
-    def __init__(self, config: pytest.Config, state: Any) -> None:
-        self.config = config
-        self.state = state
-        self.releases = not keeps_passed_reports(config)  # the options are parsed before pytest_configure
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport):
-        result = yield  # every other plugin has seen the report
-        state = self.state
-        if (self.releases and state.eval_items > state.trim_limit
-                and any(key == ITEM_KEY for key, _ in report.user_properties)):
-            state.released_entries += release_report(self.config, report)
-        return result
 
 
 def restore_summary(json_report: dict, dropped: int) -> None:
@@ -154,7 +147,7 @@ def release_syrupy_items(session: pytest.Session, eval_items: int) -> bool:
     which such a session has nothing for. The plugin stays registered, so each xdist worker still sends
     its (empty) report. Returns whether syrupy's session was emptied.
     """
-    snapshots = getattr(session.config, "_syrupy", None)  # syrupy's SnapshotSession, made at sessionstart
+    snapshots = getattr(session.config, SYRUPY_ATTR, None)  # syrupy's SnapshotSession, made at sessionstart
     if (snapshots is None or not callable(getattr(snapshots, "start", None)) or not session.items
             or eval_items < len(session.items)
             or any("snapshot" in getattr(item, "fixturenames", ()) for item in session.items)):
@@ -177,9 +170,10 @@ class FinishedItem:
 
 
 class ItemReleaser:
-    """The plugin (every process that runs items) that lets go of each eval item once it has run.
+    """Lets go of each eval item once it has run (:meth:`ran`, called by the plugin's ``pytest_runtest_protocol``
+    after the item's protocol ended), in every process that runs items.
 
-    Registered by :func:`release_items` in a large session of eval items only. ``session.items`` is the
+    Made by :func:`release_items` in a large session of eval items only. ``session.items`` is the
     last holder of a finished item: pytest's run loop reads an item only when it runs it (and as the next
     item of the one before, for its teardown), and what the session keeps of it (its reports, its row, its
     counts) does not refer to it. Each finished eval item is replaced there by a :class:`FinishedItem` that
@@ -203,9 +197,8 @@ class ItemReleaser:
         at = self._positions.pop(id(item), None)
         return at if at is not None and at < len(items) and items[at] is item else None
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        result = yield  # the item ran, tore down and reported
+    def ran(self, item: pytest.Item) -> None:
+        """Replace ``item``, which ran, tore down and reported, by its :class:`FinishedItem` in ``session.items``."""
         at = self._position(item) if isinstance(item, pytest.Function) else None
         if at is not None:
             self.session.items[at] = FinishedItem(item.nodeid)
@@ -213,18 +206,43 @@ class ItemReleaser:
             if getattr(keywords, "node", None) is item:
                 keywords.node = None  # the item's one reference cycle, which a frozen collector never breaks
             self._cursor = at
-        return result
 
 
-def release_items(session: pytest.Session, eval_items: int) -> bool:
-    """In a session of eval items only (the caller decides from how many on), register :class:`ItemReleaser`;
-    returns whether it was registered. A session with other tests keeps its items: a plugin may read
-    them at the end."""
-    manager = session.config.pluginmanager
-    if not session.items or eval_items < len(session.items) or manager.has_plugin("fieldeval-items"):
+def release_items(session: pytest.Session, eval_items: int) -> ItemReleaser | None:
+    """In a session of eval items only (the caller decides from how many on), the :class:`ItemReleaser` for its
+    items, else None: a session with other tests keeps its items, as a plugin may read them at the end."""
+    if not session.items or eval_items < len(session.items):
+        return None
+    return ItemReleaser(session)
+
+
+def drop_idle_hypothesis_plugin(config: pytest.Config, *, only_evals: bool) -> bool:
+    """In a session of eval items only where nothing imported Hypothesis, unregister Hypothesis's pytest plugin,
+    whose terminal summary imports the whole library to report nothing; whether it was dropped."""
+    if not only_evals or "hypothesis" in sys.modules:
         return False
-    manager.register(ItemReleaser(session), "fieldeval-items")
+    plugin = config.pluginmanager.get_plugin(HYPOTHESIS_PLUGIN)
+    if plugin is None:
+        return False
+    config.pluginmanager.unregister(plugin)
     return True
+
+
+def freeze() -> None:
+    """Move every object alive now into the collector's permanent generation, so no collection walks it again."""
+    gc.freeze()
+
+
+def collect_and_freeze() -> None:
+    """Collect the garbage there is, then :func:`freeze` what is left (no garbage is kept for the whole run)."""
+    gc.collect()
+    gc.freeze()
+
+
+def json_report(config: pytest.Config) -> dict | None:
+    """pytest-json-report's report of the session once its ``pytest_sessionfinish`` built it, else None."""
+    report = getattr(getattr(config, JSON_REPORT_ATTR, None), "report", None)
+    return report if isinstance(report, dict) else None
 
 
 def trim_heap() -> bool:
@@ -251,6 +269,6 @@ def _malloc_trim() -> Any:
     return trim
 
 
-__all__ = ["PASSED", "FinishedItem", "ItemReleaser", "ReportReleaser", "keeps_passed_reports", "trim_heap",
-           "release_deselected", "release_items", "release_report", "release_syrupy_items", "restore_summary",
-           "slim_items"]
+__all__ = ["PASSED", "FinishedItem", "ItemReleaser", "collect_and_freeze", "drop_idle_hypothesis_plugin", "freeze",
+           "json_report", "keeps_passed_reports", "release_deselected", "release_items", "release_report",
+           "release_syrupy_items", "restore_summary", "slim_items", "trim_heap"]

@@ -10,11 +10,18 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fieldeval.atomic import write_atomic
+
+if TYPE_CHECKING:
+    import pytest
+
+TTY_REDRAW_S = 0.5
+LOG_LINE_S = 10.0
 
 Key = tuple[str, str]  # (benchmark, model)
 
@@ -45,12 +52,8 @@ class Progress:
             self.errors[key] += 1
 
     def rate(self, key: Key) -> float | None:
-        """Items per second since the model's first item finished; None until a second one has.
-
-        Counting from the first finished item, not the session start, leaves out
-        start-up and the first call's latency, which concurrent calls share: the
-        first estimate of a 46 s run said 428 s when it counted them (issue 20).
-        """
+        """Items per second since the model's first item finished (start-up and the first call's latency, which
+        concurrent calls share, left out); None until a second one has."""
         first = self.first_done.get(key)
         elapsed = self.clock() - first if first is not None else 0.0
         if self.done[key] < 2 or elapsed <= 0:
@@ -86,3 +89,95 @@ class Progress:
     def write(self, path: str | Path) -> None:
         """Replace ``path`` atomically with the current counts."""
         write_atomic(Path(path), json.dumps(self.as_dict()))
+
+
+def keys_from_ids(ids: Sequence[str], module_benchmarks: Mapping[str, tuple[str, ...]],
+                  models_for: Callable[[str], list]) -> list[Key]:
+    """(benchmark, model) of each eval item among xdist's collected node ids (``<eval module>::...-<model>]``)."""
+    keys = []
+    modules: dict[str, tuple[str, ...]] = {}
+    for nodeid in ids:
+        tail = nodeid.removesuffix("]")
+        module = nodeid.split("::")[0]
+        if module not in modules:  # as the rootdir names it; else (--pyargs, outside the rootdir) by its path's end
+            modules[module] = module_benchmarks.get(module) or next(
+                (names for path, names in module_benchmarks.items() if path.endswith(f"/{module}")), ())
+        for bench in modules[module]:
+            model = max((m for m in models_for(bench) if tail.endswith(f"-{getattr(m, 'test_id', m)}")
+                         or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
+                        key=lambda m: len(getattr(m, "test_id", m)), default=None)
+            if model is not None:
+                keys.append((bench, model))
+                break
+    return keys
+
+
+class ProgressDisplay:
+    """The counts shown as they change: a redrawn line on a terminal at default verbosity, else a log line every
+    :data:`LOG_LINE_S` seconds, and the ``--progress-file`` JSON. ``on_full_disk(line)`` is called when that file
+    cannot be written for want of space."""
+
+    def __init__(self, config: pytest.Config, progress: Progress, progress_file: str | None,
+                 on_full_disk: Callable[[str], None]) -> None:
+        self.config = config
+        self.progress = progress
+        self.progress_file = progress_file
+        self._on_full_disk = on_full_disk
+        self._last_draw = 0.0
+        self._shown: set[str] = set()
+
+    def _reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
+
+    def live(self) -> bool:
+        """Whether a redrawn progress line stands in for the dots (a terminal, default verbosity)."""
+        reporter = self._reporter()
+        return (reporter is not None and reporter.isatty and self.config.get_verbosity() == 0
+                and bool(self.progress.planned) and not self.config.option.collectonly)
+
+    def say(self, line: str, **markup: bool) -> None:
+        """Print ``line`` once per session, on a line of its own."""
+        reporter = self._reporter()
+        if reporter is not None and line not in self._shown:
+            self._shown.add(line)
+            reporter.ensure_newline()
+            reporter.write_line(line, **markup)
+
+    def write(self) -> None:
+        """Replace the ``--progress-file`` with the current counts (when asked for one)."""
+        if not self.progress_file:
+            return
+        try:
+            self.progress.write(self.progress_file)
+        except OSError as error:
+            from fieldeval.run.writable import full_disk_line, out_of_space
+
+            if not out_of_space(error):
+                raise
+            self._on_full_disk(full_disk_line(self.progress_file, error))
+
+    def draw(self, *, final: bool = False) -> None:
+        """Redraw the line, or log the counts, when it is time to (``final``: now)."""
+        reporter = self._reporter()
+        if reporter is None or self.config.get_verbosity() < 0 or not self.progress.planned:
+            return
+        now = time.monotonic()
+        keys = sorted(self.progress.planned)
+        if self.live():
+            if final or now - self._last_draw >= TTY_REDRAW_S:
+                reporter.rewrite(" | ".join(self.progress.line(k) for k in keys), erase=True)
+                self._last_draw = now
+        elif final or now - self._last_draw >= LOG_LINE_S:
+            reporter.ensure_newline()
+            for key in keys:
+                reporter.write_line(f"fieldeval progress: {self.progress.line(key)}")
+            self._last_draw = now
+
+    def end(self, reporter: Any) -> None:
+        """Draw the counts once more, complete, and end their line."""
+        if self.progress.planned and self.live():
+            self.draw(final=True)
+            reporter.ensure_newline()
+            reporter.write_line("")
+        elif self.progress.planned:
+            self.draw(final=True)

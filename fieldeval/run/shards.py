@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fieldeval.benchmark import Benchmark, case_ids
+from fieldeval.benchmark import Benchmark
 
 if TYPE_CHECKING:
     import pytest
@@ -42,8 +42,6 @@ class RunFacts(Protocol):
 
     def matrix_models(self) -> list[str]: ...
 
-    def payload(self) -> dict: ...
-
 
 def shard_of(config: pytest.Config) -> tuple[int, int]:
     """``(index, count)`` from pytest-split's ``--group`` and ``--splits`` (1-based); ``(1, 1)`` when unsplit."""
@@ -57,7 +55,7 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_settings(session: RunFacts) -> dict[str, Any]:
+def run_settings(session: RunFacts, ontology_version: Any) -> dict[str, Any]:
     """What makes the numbers: models, bootstrap and clustering, ontology, corpora, benchmark options, gates,
     and every case of the suite (so a merge can tell when the shards' union lacks planned items)."""
     metas = {name: session.benchmark(name).run_meta(session.context(name)) for name in session.selected}
@@ -65,7 +63,7 @@ def run_settings(session: RunFacts) -> dict[str, Any]:
         "models": {name: session.models_for(name) for name in session.selected},
         "seed": session.options.seed,
         "resamples": session.options.resamples,
-        "ontology_version": session.payload().get("ontology_version"),
+        "ontology_version": ontology_version,
         "corpus_versions": {name: meta.corpus_version for name, meta in metas.items()},
         "content_hashes": {name: meta.content_hash for name, meta in metas.items()},
         "scoring": {name: meta.scoring for name, meta in metas.items() if meta.scoring},
@@ -75,18 +73,18 @@ def run_settings(session: RunFacts) -> dict[str, Any]:
         "gate_interval": session.options.gate_interval,
         "cluster_by": session.options.cluster_by,
     }, default=str))  # plain JSON values; the case ids (texts already) are not copied through it (100,000 of them)
-    settings["cases"] = {name: case_ids(session.benchmark(name).cases(session.context(name))) for name in session.selected}
+    settings["cases"] = {name: session.benchmark(name).case_ids(session.context(name)) for name in session.selected}
     return settings
 
 
-def run_group_meta(session: RunFacts) -> dict[str, Any]:
+def run_group_meta(session: RunFacts, ontology_version: Any) -> dict[str, Any]:
     """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings."""
     index, count = shard_of(session.config)
     if session.options.matrix_job is not None:  # one job per model of the matrix
         index, count = session.options.matrix_job, len(session.matrix_models())
     from fieldeval.run.resume import resume_settings
 
-    settings = run_settings(session)
+    settings = run_settings(session, ontology_version)
     fingerprint = settings_hash(settings)  # a shard's label or --resume options never keep it from its group
     settings["resume"] = resume_settings(session.options, {name: session.bench_options[name]
                                                            for name in session.selected})

@@ -212,3 +212,16 @@ def render_markdown(payload: dict) -> str:
                          f"{gate['threshold']} | {'pass' if gate['passed'] else '**FAIL**'} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def terminal_lines(payload: dict, error_lines: list[str]) -> list[tuple[str, dict[str, bool]]]:
+    """What the terminal shows at a run's end, each line with its markup: the headline tables, the epochs' lines,
+    every gate (passed ones too, so a reader sees what was checked), the gold data's findings, the errors."""
+    from fieldeval.run.audit import audit_lines
+    from fieldeval.stats.epochs import epoch_lines
+
+    lines: list[tuple[str, dict[str, bool]]] = [(line, {}) for line in render_summary(payload).splitlines()]
+    lines += [(line, {}) for line in epoch_lines(payload)]
+    lines += [(gate_line(gate), {"red": not gate["passed"], "green": gate["passed"]}) for gate in payload["gates"]]
+    lines += [(line, {"yellow": True}) for line in audit_lines(payload.get("audit", {}))]
+    return lines + [(line, {"red": True}) for line in error_lines]

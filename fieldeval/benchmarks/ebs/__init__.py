@@ -78,6 +78,18 @@ def _cases(context: EbsContext) -> tuple[EbsCase, ...]:
     return context.suite.cases
 
 
+def _case_ids(context: EbsContext) -> list[str]:
+    """The suite's pytest ids; read from its compact form without the prompts when it has one."""
+    from fieldeval.benchmarks.ebs.suite import SuiteCases
+
+    cases = context.suite.cases
+    return cases.test_ids() if isinstance(cases, SuiteCases) else [case.test_id for case in cases]
+
+
+def _matrix(context: EbsContext) -> dict | None:
+    return context.suite.matrix
+
+
 def _study(case: EbsCase) -> str | None:
     """The case's cluster: its study."""
     return case.study or None
@@ -108,6 +120,9 @@ BENCHMARK = Benchmark(
     run_meta=_run_meta,
     cluster_key=_study,
     clusters_called="studies",
+    matrix=_matrix,
+    ids=_case_ids,
+    run_facts=("ontology_version",),
     estimators=lazy("fieldeval.benchmarks.ebs.tables:estimators"),
     audit=lazy("fieldeval.benchmarks.ebs.audit:audit"),
     items=ITEMS,

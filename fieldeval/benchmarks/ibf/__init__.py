@@ -94,6 +94,10 @@ def _cases(context: IbfContext) -> tuple[IbfItem, ...]:
     return context.corpus.items
 
 
+def _temperature(context: IbfContext) -> float:
+    return context.temperature
+
+
 def _hazard(item: IbfItem) -> str | None:
     """The item's cluster: the corpus's ``cluster`` when it declares one, else its hazard."""
     return item.cluster or item.hazard
@@ -122,6 +126,7 @@ BENCHMARK = Benchmark(
     store_columns=StoreColumns(run=HEADLINE, response=tuple(DIMENSIONS), item_id="item_id"),
     cluster_key=_hazard,
     clusters_called="hazards",
+    temperature=_temperature,
     estimators=lazy("fieldeval.benchmarks.ibf.aggregate:estimators"),
     audit=lazy("fieldeval.benchmarks.ibf.audit:audit"),
     items=ITEMS,

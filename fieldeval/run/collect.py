@@ -1,0 +1,173 @@
+"""Eval items at collection and as they report: their parameters, which of them run, and what each one records."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, MARKER, ROW_KEY
+from fieldeval.errors import UsageError, exit_on_usage_error
+
+if TYPE_CHECKING:
+    from fieldeval.run.session import EvalSession
+
+
+def tag(item: pytest.Item) -> tuple[str, Any] | None:
+    """(benchmark, model) of an eval item, or None for any other item."""
+    marker = item.get_closest_marker(MARKER)
+    callspec = getattr(item, "callspec", None)
+    if marker is None or callspec is None or "model" not in callspec.params:
+        return None
+    return marker.kwargs["benchmark"], callspec.params["model"]
+
+
+def parametrize(metafunc: pytest.Metafunc, state: EvalSession | None, name: Any) -> None:
+    """Parametrise an eval function over its benchmark's cases (by position, with the cases' own ids) and models."""
+    if state is None or name not in state.selected:  # a marker the module's source does not show (added by a hook)
+        exit_on_usage_error(lambda: _unplanned(metafunc, name))
+    selection = state.selection
+    models = selection.models_for(name)
+    if "case" in metafunc.fixturenames:
+        # the parameters are case positions, the ids the cases' own; the ``case`` fixture reads a case when its
+        # item runs, so a process holds the cases of the items it runs, not the whole suite
+        ids = selection.benchmark(name).case_ids(selection.context(name))
+        if "model" in metafunc.fixturenames and _parametrize_jointly(metafunc, ids, models,
+                                                                      designed=state.options.designed):
+            return
+        metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
+    if "model" in metafunc.fixturenames:
+        if state.options.designed:  # combinations: ids like gpt-4o-mini-t0.7 (and -e2 for the second epoch)
+            metafunc.parametrize("model", models, ids=[m.test_id for m in models])
+        else:
+            metafunc.parametrize("model", models)
+
+
+def _unplanned(metafunc: pytest.Metafunc, name: object) -> None:
+    raise UsageError(f"{metafunc.definition.nodeid}: marked {MARKER}(benchmark={name!r}) at collection, but its "
+                     f"module's source does not mark it; write @pytest.mark.{MARKER}(benchmark=\"...\") (or "
+                     "pytestmark = ...) in the module, so the run is planned before collection")
+
+
+def _parametrize_jointly(metafunc: pytest.Metafunc, ids: list[str], models: list, *, designed: bool) -> bool:
+    """Parametrise ``case`` and ``model`` in one call, with the node ids and parameters two calls give (one call
+    builds each item's callspec once, two build every case's and then copy it per model). Returns False, having
+    done nothing, where one call could name an item otherwise than two: ids that repeat (pytest tells them apart
+    per call), a model that is not a non-empty text (pytest names it by its position) or a plugin's
+    ``pytest_make_parametrize_id``."""
+    if designed:  # combinations: their ids as the second call gives them
+        model_ids = [str(model.test_id) for model in models]
+    elif all(isinstance(model, str) and model for model in models):
+        model_ids = models
+    else:
+        return False
+    if metafunc.config.hook.pytest_make_parametrize_id.get_hookimpls():
+        return False
+    joint = [f"{case}-{model}" for case in ids for model in model_ids]
+    if len(set(joint)) != len(joint):
+        return False
+    # case-major, as the second call copies each case's callspec once per model
+    metafunc.parametrize(["case", "model"], [(at, model) for at in range(len(ids)) for model in models], ids=joint,
+                         indirect=["case"])
+    return True
+
+
+def deselect(config: pytest.Config, state: EvalSession, items: list[pytest.Item]) -> None:
+    """Leave out the eval items this session does not run: ``--matrix-job K``'s other models, and ``--resume``'s
+    items the stored run scored (after pytest-split chose this shard's items)."""
+    if state.options.matrix_job is not None and state.selected:
+        model = exit_on_usage_error(state.selection.matrix_job_model)
+        _drop(config, items,
+              lambda item, found: str(getattr(item.callspec.params["model"], "model", found[1])) != model)
+    if state.resumed is None or not state.selected:
+        return
+    done = state.resumed.scored_items()
+
+    def scored(item: pytest.Item, found: tuple[str, Any]) -> bool:
+        case = state.selection.case_of(item)
+        epoch = getattr(item.callspec.params["model"], "epoch", None)
+        key = (found[0], found[1], str(case.test_id)) if case is not None else None
+        return key is not None and (key if epoch is None else (*key, epoch)) in done
+
+    _drop(config, items, scored)
+
+
+def _drop(config: pytest.Config, items: list[pytest.Item], left_out: Any) -> None:
+    keep, drop = [], []
+    for item in items:
+        found = tag(item)
+        (drop if found is not None and left_out(item, found) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def mark_item(item: pytest.Item, state: EvalSession) -> None:
+    """Tag an eval item with its benchmark and model, so its reports are counted per model."""
+    found = tag(item)
+    if found is not None:
+        item.user_properties.append(state.intake.item_property(found))
+
+
+def amend_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, state: EvalSession) -> None:
+    """An eval item's report as the run reads it: a failed model call as one line (model, error class, message),
+    not a traceback; an errored item with its case id and epoch; a full disk stopping the run. Above the report's
+    trim limit the item lets go of its row once its call's report carries it."""
+    from fieldeval.calls.failures import ModelCallError
+
+    if call.when == "call" and state.eval_items > state.trim_limit:
+        item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]  # the report has the row
+    elif call.when == "teardown" and state.eval_items > state.trim_limit:
+        item.user_properties.clear()  # the item is over: its last report holds what it recorded
+    if call.excinfo is None or tag(item) is None:
+        return
+    from fieldeval.run.writable import full_disk_line, out_of_space
+
+    case_id = state.selection.case_id_of(item)
+    if case_id is not None:  # the store finds the errored item by it (runs item RUN CASE_ID)
+        report.user_properties.append((CASE_KEY, case_id))
+    repeated = state.selection.repeated_case_key(item)
+    if repeated is not None:  # an errored epoch: its item counts once among the errored items
+        report.user_properties.append((EPOCH_KEY, repeated))
+    if out_of_space(call.excinfo.value):
+        state.pytest_session = state.pytest_session or item.session
+        state.stop_for_full_disk(full_disk_line("the run's files", call.excinfo.value))
+        report.longrepr = "no space left on the device"
+    if isinstance(call.excinfo.value, ModelCallError):
+        error = call.excinfo.value
+        report.longrepr = f"{error.model}: {error.detail}"
+        report.user_properties.append((ERROR_KEY, json.dumps({"kind": error.kind, "detail": error.detail})))
+        if error.kind == "skipped":  # after the model's permanent failure: a skip, not one more FAILURES block
+            _, lineno, _ = item.location
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (lineno or 0) + 1, f"Skipped: {error.model}: {error.detail}")
+
+
+def row_of(request: pytest.FixtureRequest, state: EvalSession, values: dict[str, Any]) -> str:
+    """The row an eval item records, as compact JSON (the rows file's own line): its values, how its case was drawn
+    (``case_key``, ``cluster``, ``cluster_stratum``) and, for a matrix cell, its hyperparameter columns."""
+    row = {"benchmark": request.node.get_closest_marker(MARKER).kwargs["benchmark"], **values,
+           **_design_keys(request, state)}
+    combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
+    if hasattr(combination, "columns"):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
+        row.update(combination.columns())
+    return json.dumps(row, default=str, separators=(",", ":"))
+
+
+def _design_keys(request: pytest.FixtureRequest, state: EvalSession) -> dict[str, str]:
+    case = state.selection.case_of(request.node)
+    if case is None:
+        return {}
+    bench = state.selection.benchmark(request.node.get_closest_marker(MARKER).kwargs["benchmark"])
+    keys = {"case_key": str(case.test_id)}
+    cluster = bench.cluster_key(case)
+    if cluster not in (None, ""):
+        keys["cluster"] = str(cluster)
+        stratum = bench.stratum_key(case) if bench.stratum_key is not None else None
+        if stratum not in (None, ""):
+            keys["cluster_stratum"] = str(stratum)
+    return keys
+
+
+__all__ = ["amend_report", "deselect", "mark_item", "parametrize", "row_of", "tag"]
