@@ -18,7 +18,7 @@ import llm
 import pytest
 import yaml
 
-from fieldeval.calls import client as client_module
+from fieldeval.calls import transport
 from fieldeval.calls.client import ModelClient
 from fieldeval.calls.endpoints import check_key_binding, register_endpoint, register_endpoints
 from fieldeval.calls.failures import AddressRefusedError, AnswerTooLargeError, ModelCallError, PermanentCallError
@@ -70,7 +70,7 @@ class Connects:
 
     def __init__(self, monkeypatch, stand_in: tuple[str, int] | None = None) -> None:
         self.targets: list[str] = []
-        real = client_module.open_socket
+        real = transport.open_socket
 
         def open_socket(family, sockaddr, *args):
             self.targets.append(sockaddr[0])
@@ -80,13 +80,13 @@ class Connects:
                 return real(socket.AF_INET, stand_in, *args)
             return real(family, sockaddr, *args)
 
-        monkeypatch.setattr(client_module, "open_socket", open_socket)
+        monkeypatch.setattr(transport, "open_socket", open_socket)
 
 
 def _resolver(monkeypatch, answers: dict[str, list]) -> list[str]:
     """Resolve each name in ``answers`` to its next address (or raise its exception); returns the names asked."""
     asked: list[str] = []
-    real = client_module.resolve_host
+    real = transport.resolve_host
 
     def resolve_host(host: str, port: int):
         asked.append(host)
@@ -97,7 +97,7 @@ def _resolver(monkeypatch, answers: dict[str, list]) -> list[str]:
             raise answer
         return [(socket.AF_INET, (answer, port))]
 
-    monkeypatch.setattr(client_module, "resolve_host", resolve_host)
+    monkeypatch.setattr(transport, "resolve_host", resolve_host)
     return asked
 
 

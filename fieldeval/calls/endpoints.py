@@ -138,7 +138,7 @@ def forbidden_kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> st
     """``link-local``, ``multicast`` or ``unspecified`` when ``address`` (or the IPv4 address it carries) is one.
 
     The rule of every registration (:func:`refused_address`) and of every connection the call engine opens
-    (:mod:`fieldeval.calls.client`).
+    (:mod:`fieldeval.calls.transport`).
     """
     carried: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [address]
     if isinstance(address, ipaddress.IPv6Address):

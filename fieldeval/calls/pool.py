@@ -1,7 +1,7 @@
 """The call engine: every eval item's declared solver, run ahead in one bounded pool per session.
 
 An eval module declares its model work as a solver, ``solve(case, model,
-client) -> result``, named in its marker
+client) -> result`` (:class:`~fieldeval.calls.protocols.Solver`), named in its marker
 (``pytest.mark.fieldeval(benchmark="ebs", solver=solve)``). The solver may
 call ``client.complete()`` several times (summary then answer, answer then
 judgement); ``client.context`` is the benchmark's context. The item itself
@@ -38,10 +38,14 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.writable import out_of_space
+
+if TYPE_CHECKING:
+    from fieldeval.calls.protocols import Completer
+    from fieldeval.calls.records import Completion
 
 LEASE_S = 30.0
 POLL_MIN_S = 0.002
@@ -51,15 +55,18 @@ Job = Callable[[], Any]
 
 
 class SolverClient:
-    """What a solver receives as ``client``: the session client's ``complete()`` and the benchmark's ``context``."""
+    """What a solver receives as ``client`` (a :class:`~fieldeval.calls.protocols.Client`): the session client's
+    ``complete()`` and the benchmark's ``context``."""
 
-    def __init__(self, client: Any, context: Any) -> None:
+    def __init__(self, client: Completer, context: Any) -> None:
         self.client = client
         self.context = context
 
-    def complete(self, model_id: str, prompt: str, **options: Any) -> Any:
+    def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
+                 max_tokens: int | None = None, schema: dict | None = None) -> Completion:
         """:meth:`fieldeval.ModelClient.complete`: cache, slots, timeout, retries, cost."""
-        return self.client.complete(model_id, prompt, **options)
+        return self.client.complete(model_id, prompt, system=system, temperature=temperature, max_tokens=max_tokens,
+                                    schema=schema)
 
 
 class SolverCrash(RuntimeError):
