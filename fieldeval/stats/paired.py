@@ -21,7 +21,8 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks
 from fieldeval.rows import by_nodeid, case_key, without_clusters
-from fieldeval.stats import (DEFAULT_RESAMPLES, DEFAULT_SEED, Design, _round_p, paired_difference_with_evidence)
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Design, paired_difference_with_evidence
+from fieldeval.stats._entry import _round_p
 from fieldeval.stats.robust import holm
 
 GATE_ALPHA = 0.05  # the regression gate's one-sided level, after Holm's correction over the session's family

@@ -1,0 +1,38 @@
+"""A metric's entry in a report: how it is built, and how its numbers are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+FEW_CLUSTERS = 10  # under this many clusters an interval is wide and approximate (said in every table)
+
+
+def metric(value: float | None, ci95: Sequence[float | None], n: int, n_clusters: int | None = None,
+           ci95_within: Sequence[float | None] | None = None) -> dict:
+    """The report's metric shape: ``{"value", "ci95": [lo, hi], "ci95_within": [lo, hi], "n", "n_clusters"}``.
+
+    ``ci95`` answers "on new clusters" (new studies, paragraphs, hazards); ``ci95_within`` answers "on more
+    items from these clusters"; without clusters the two are one interval.
+    """
+    return {"value": value, "ci95": list(ci95), "ci95_within": list(ci95 if ci95_within is None else ci95_within),
+            "n": n, "n_clusters": n if n_clusters is None else n_clusters}
+
+
+def few_clusters(entry: dict | None) -> bool:
+    """Whether a metric entry rests on fewer than :data:`FEW_CLUSTERS` clusters (its interval is approximate)."""
+    if not entry or entry.get("value") is None:
+        return False
+    clusters = entry.get("n_clusters")
+    return clusters is not None and clusters < FEW_CLUSTERS and clusters < (entry.get("n") or 0)
+
+
+def _round(value: float) -> float:
+    return round(float(value), 6)
+
+
+def _round_p(p: float | None) -> float | None:
+    """A p-value as the reports keep it (6 significant figures: small p-values stay readable)."""
+    return None if p is None else float(f"{p:.6g}")
+
+
+__all__ = ["FEW_CLUSTERS", "few_clusters", "metric"]
