@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 from fieldeval.stats._bootstrap import RESAMPLE_BLOCK_CELLS, Design, resample_indices
-from fieldeval.stats._entry import FEW_CLUSTERS, few_clusters, metric
+from fieldeval.stats._entry import FEW_CLUSTERS, MetricValue, PairedValue, few_clusters, metric
 from fieldeval.stats._estimate import (
     CONFIDENCE,
     Estimator,
@@ -58,6 +58,8 @@ __all__ = [
     "Design",
     "Estimator",
     "Evidence",
+    "MetricValue",
+    "PairedValue",
     "Statistic",
     "estimate",
     "estimate_with_evidence",

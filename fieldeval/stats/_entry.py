@@ -1,14 +1,44 @@
-"""A metric's entry in a report: how it is built, and how its numbers are kept."""
+"""A metric's entry in a report: its shape (:class:`MetricValue`), how it is built, and how its numbers are kept."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 FEW_CLUSTERS = 10  # under this many clusters an interval is wide and approximate (said in every table)
 
 
+class MetricValue(TypedDict):
+    """One metric's entry in a report, as :func:`metric` builds it.
+
+    Attributes:
+        value: the metric on the items where it is defined (None: defined on none).
+        ci95: ``[lo, hi]``, the 95% interval on new clusters (new studies, paragraphs, hazards); None bounds:
+            no interval.
+        ci95_within: ``[lo, hi]``, the 95% interval on more items from these clusters (``ci95`` without clusters).
+        n: the items where the metric is defined.
+        n_clusters: the clusters of those items (``n`` when items are independent).
+    """
+
+    value: float | None
+    ci95: list[float | None]
+    ci95_within: list[float | None]
+    n: int
+    n_clusters: int
+
+
+class PairedValue(MetricValue):
+    """A paired difference's entry (:func:`fieldeval.stats.paired_difference`): a :class:`MetricValue` and its p.
+
+    Attributes:
+        p_value: the two-sided p of "no difference" for the question ``ci95`` answers (None: no interval).
+    """
+
+    p_value: float | None
+
+
 def metric(value: float | None, ci95: Sequence[float | None], n: int, n_clusters: int | None = None,
-           ci95_within: Sequence[float | None] | None = None) -> dict:
+           ci95_within: Sequence[float | None] | None = None) -> MetricValue:
     """The report's metric shape: ``{"value", "ci95": [lo, hi], "ci95_within": [lo, hi], "n", "n_clusters"}``.
 
     ``ci95`` answers "on new clusters" (new studies, paragraphs, hazards); ``ci95_within`` answers "on more
@@ -35,4 +65,4 @@ def _round_p(p: float | None) -> float | None:
     return None if p is None else float(f"{p:.6g}")
 
 
-__all__ = ["FEW_CLUSTERS", "few_clusters", "metric"]
+__all__ = ["FEW_CLUSTERS", "MetricValue", "PairedValue", "few_clusters", "metric"]

@@ -10,7 +10,7 @@ import numpy as np
 from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 from fieldeval.stats import robust
 from fieldeval.stats._bootstrap import Design
-from fieldeval.stats._entry import _round, _round_p, metric
+from fieldeval.stats._entry import MetricValue, PairedValue, _round, _round_p, metric
 from fieldeval.stats._interval import interval
 
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -99,7 +99,8 @@ def _share(hits: np.ndarray) -> float:
 
 
 def _fit(point: float, statistic: Callable[[np.ndarray], np.ndarray], n: int, design: Design,
-         bounds: tuple[float, float] | None, *, means: np.ndarray | None, resamples: int, seed: int) -> tuple[dict, Evidence | None]:
+         bounds: tuple[float, float] | None, *, means: np.ndarray | None, resamples: int,
+         seed: int) -> tuple[dict[str, list[float | None]], Evidence | None]:
     """``(ci95, ci95_within)`` of a statistic of ``n`` items, with the evidence behind them.
 
     Without clusters both are the item bootstrap's percentile interval. With clusters, ``ci95`` is
@@ -135,7 +136,7 @@ def _fit(point: float, statistic: Callable[[np.ndarray], np.ndarray], n: int, de
 
 
 def estimate(est: Estimator, design: Design = Design(), *, resamples: int = DEFAULT_RESAMPLES,
-             seed: int = DEFAULT_SEED) -> dict:
+             seed: int = DEFAULT_SEED) -> MetricValue:
     """The metric with its two seeded ci95s (:func:`metric`), ``n`` and ``n_clusters``.
 
     Items where the metric is not defined are left out first, so ``n`` and the clusters count only
@@ -145,7 +146,7 @@ def estimate(est: Estimator, design: Design = Design(), *, resamples: int = DEFA
 
 
 def estimate_with_evidence(est: Estimator, design: Design = Design(), *, resamples: int = DEFAULT_RESAMPLES,
-                           seed: int = DEFAULT_SEED) -> tuple[dict, Evidence | None]:
+                           seed: int = DEFAULT_SEED) -> tuple[MetricValue, Evidence | None]:
     """:func:`estimate`, and the :class:`Evidence` its intervals rest on (None: no interval)."""
     keep = np.asarray(est.defined, dtype=bool)
     data, sub = est.data[keep], design.subset(keep)
@@ -160,7 +161,7 @@ def estimate_with_evidence(est: Estimator, design: Design = Design(), *, resampl
 
 
 def paired_difference(base: Estimator, other: Estimator, design: Design = Design(), *,
-                      resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
+                      resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> PairedValue:
     """``other - base`` on the same items (aligned), with paired intervals: one set of resamples for both.
 
     Returns:
@@ -173,7 +174,7 @@ def paired_difference(base: Estimator, other: Estimator, design: Design = Design
 
 def paired_difference_with_evidence(base: Estimator, other: Estimator, design: Design = Design(), *,
                                     resamples: int = DEFAULT_RESAMPLES,
-                                    seed: int = DEFAULT_SEED) -> tuple[dict, Evidence | None]:
+                                    seed: int = DEFAULT_SEED) -> tuple[MetricValue, Evidence | None]:
     """:func:`paired_difference` without its p-value, and the :class:`Evidence` behind its intervals."""
     keep = np.asarray(base.defined, dtype=bool) & np.asarray(other.defined, dtype=bool)
     n = int(keep.sum())
@@ -197,7 +198,7 @@ def mean_metric(
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     design: Design = Design(),
-) -> dict:
+) -> MetricValue:
     """Mean of ``values`` with a seeded percentile bootstrap 95% interval.
 
     Args:
@@ -228,7 +229,7 @@ def statistic_metric(
     seed: int = DEFAULT_SEED,
     design: Design = Design(),
     bounds: tuple[float, float] | None = None,
-) -> dict:
+) -> MetricValue:
     """Any statistic with a seeded (cluster) percentile bootstrap interval.
 
     ``statistic`` receives the data and a ``(k, n)`` matrix of item weights (ones for the
