@@ -13,7 +13,7 @@ import numpy as np
 from fieldeval.rows import column
 from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 
-RESAMPLE_BLOCK_CELLS = 4_000_000  # bootstrap indices drawn at once (32 MB)
+RESAMPLE_BLOCK_CELLS = 4_000_000  # cells (resamples x items) of the draws made at once
 
 
 def resample_indices(n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -97,9 +97,9 @@ class Design:
 
     def weight_blocks(self, n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
                       block: int | None = None) -> Iterator[np.ndarray]:
-        """The rows of :meth:`weights` a block of resamples at a time (at most :data:`RESAMPLE_BLOCK_CELLS`
-        cells each by default), so a large run never holds a ``(resamples, n)`` matrix; one block when it fits,
-        which gives exactly :meth:`weights`."""
+        """The rows of :meth:`weights`, ``block`` resamples at a time (by default as many as
+        :data:`RESAMPLE_BLOCK_CELLS` cells hold, at least one), so a large run never holds a ``(resamples, n)``
+        matrix; one block when it fits, which gives exactly :meth:`weights`."""
         if self.clusters is None:
             block = _block(n, block)
             rng = np.random.default_rng(seed)

@@ -57,6 +57,7 @@ def few_clusters(entry: dict | None) -> bool:
 
 
 def _round(value: float) -> float:
+    """A metric's number as the reports keep it (6 decimals)."""
     return round(float(value), 6)
 
 

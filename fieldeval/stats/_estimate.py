@@ -101,12 +101,12 @@ def _share(hits: np.ndarray) -> float:
 def _fit(point: float, statistic: Callable[[np.ndarray], np.ndarray], n: int, design: Design,
          bounds: tuple[float, float] | None, *, means: np.ndarray | None, resamples: int,
          seed: int) -> tuple[dict[str, list[float | None]], Evidence | None]:
-    """``(ci95, ci95_within)`` of a statistic of ``n`` items, with the evidence behind them.
+    """``{"ci95", "ci95_within"}`` of a statistic of ``n`` items, with the evidence behind them.
 
     Without clusters both are the item bootstrap's percentile interval. With clusters, ``ci95`` is
     ``point +/- t(df) * se`` from :func:`fieldeval.stats.robust.spread`, kept within the metric's range and
-    within what any resample of the clusters can give; ``ci95_within`` is the percentile interval of the
-    bootstrap of items within their clusters.
+    within what any resample of the clusters can give (``[None, None]`` unless the clusters outnumber the
+    strata); ``ci95_within`` is the percentile interval of the bootstrap of items within their clusters.
     """
     none = {"ci95": [None, None], "ci95_within": [None, None]}
     if np.isnan(point):
@@ -199,16 +199,17 @@ def mean_metric(
     seed: int = DEFAULT_SEED,
     design: Design = Design(),
 ) -> MetricValue:
-    """Mean of ``values`` with a seeded percentile bootstrap 95% interval.
+    """The mean of ``values`` with its two seeded 95% intervals, as :func:`estimate` gives them.
 
     Args:
         values: one number per item (booleans count as 0/1).
         resamples: bootstrap resamples.
-        seed: generator seed; the same values and seed give the same interval.
+        seed: generator seed; the same values and seed give the same intervals.
         design: each value's cluster (and stratum); i.i.d. items by default.
 
     Returns:
-        ``{"value": mean, "ci95": [lo, hi], "n": len(values), "n_clusters"}``; None values when empty.
+        ``{"value": mean, "ci95": [lo, hi], "ci95_within": [lo, hi], "n": len(values), "n_clusters"}``; a None
+        value and None bounds when empty.
 
     Example:
         >>> mean_metric([1, 0, 1, 1], resamples=200, seed=1)["value"]
@@ -230,7 +231,7 @@ def statistic_metric(
     design: Design = Design(),
     bounds: tuple[float, float] | None = None,
 ) -> MetricValue:
-    """Any statistic with a seeded (cluster) percentile bootstrap interval.
+    """Any statistic of per-item data with its two seeded 95% intervals, as :func:`estimate` gives them.
 
     ``statistic`` receives the data and a ``(k, n)`` matrix of item weights (ones for the
     metric itself, then every resample at once) and returns ``k`` values. A resample on which

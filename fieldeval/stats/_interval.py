@@ -14,10 +14,11 @@ Z_975 = 1.959963984540054
 
 
 def widening(design: Design, n: int) -> float:
-    """How much a clustered percentile interval is widened: ``sqrt(G/(G-1)) * t(G-H) / z`` (1 without clusters).
+    """The factor that widens a clustered percentile interval: ``sqrt(G/(G-1)) * t(G-H) / z`` for ``G`` clusters
+    in ``H`` strata; 1 without clusters, NaN when ``G - H < 1``.
 
-    Only the agreement of graders (:mod:`fieldeval.benchmarks.ibf.agreement`) still widens a percentile interval;
-    every metric's ci95 is :func:`estimate`'s."""
+    Grader agreement (:mod:`fieldeval.benchmarks.ibf.agreement`) widens its intervals by it; a metric's ci95 is
+    :func:`fieldeval.stats.estimate`'s."""
     if not design.clustered:
         return 1.0
     clusters = design.n_clusters(n)
