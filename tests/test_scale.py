@@ -455,11 +455,12 @@ def test_bootstrap_in_blocks_gives_the_numbers_of_one_resample_matrix(monkeypatc
     import numpy as np
 
     from fieldeval import stats
+    from fieldeval.stats import _bootstrap
 
     data = np.random.default_rng(0).random(50)
     boot = data[stats.resample_indices(50, resamples=333, seed=11)].mean(axis=1)  # the whole matrix at once
     lo, hi = np.nanpercentile(boot, [2.5, 97.5])
-    monkeypatch.setattr(stats, "RESAMPLE_BLOCK_CELLS", block_cells)
+    monkeypatch.setattr(_bootstrap, "RESAMPLE_BLOCK_CELLS", block_cells)  # where the draws read it
     got = stats.mean_metric(list(data), resamples=333, seed=11)
     ci = [round(float(lo), 6), round(float(hi), 6)]  # independent items: both questions have one answer
     assert got == {"value": round(float(data.mean()), 6), "ci95": ci, "ci95_within": ci, "n": 50, "n_clusters": 50}

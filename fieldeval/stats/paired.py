@@ -2,9 +2,9 @@
 
 Two runs of one benchmark are paired by case (:func:`fieldeval.rows.case_key`):
 each headline metric's difference (run - base) is computed on the shared items,
-and its ci95 resamples the same clusters for both runs, so the interval is the
-difference's own (Miller, "Adding Error Bars to Evals", arXiv:2411.00640,
-section 4: paired differences are far tighter than two separate intervals).
+and its two intervals are the difference's own (:func:`fieldeval.stats.paired_difference`:
+one statistic of both runs under the same item weights), not two separate intervals
+(Miller, "Adding Error Bars to Evals", arXiv:2411.00640, section 4).
 
 Many differences read at once are a family: each difference's ``p_value`` (two-sided, from
 the same evidence as its ci95) gets a ``p_holm``, Holm's step-down adjustment over every
@@ -21,7 +21,8 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks
 from fieldeval.rows import by_nodeid, case_key, without_clusters
-from fieldeval.stats import (DEFAULT_RESAMPLES, DEFAULT_SEED, Design, _round_p, paired_difference_with_evidence)
+from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Design, paired_difference_with_evidence
+from fieldeval.stats._entry import _round_p
 from fieldeval.stats.robust import holm
 
 GATE_ALPHA = 0.05  # the regression gate's one-sided level, after Holm's correction over the session's family
@@ -157,7 +158,8 @@ def regression_gates(diffs: Sequence[Mapping[str, Any]], *, tolerance: float,
 
     The results have the threshold gates' shape (``metric``, ``model``, ``gate_on`` = ``baseline``,
     ``value``, ``threshold``, ``passed``) plus ``ci95`` (the interval ``interval`` names), ``interval``,
-    ``baseline_run``, ``p_value`` (one-sided), ``p_holm`` and ``family`` (how many drops were tested).
+    ``baseline_run``, ``n_items``, ``n_clusters``, ``p_value`` (one-sided), ``p_holm`` and ``family`` (how many
+    drops were tested).
     """
     key, ci_key = ("p_drop_within", "ci95_within") if interval == "within" else ("p_drop", "ci95")
     adjusted = holm([d.get(key) for d in diffs])

@@ -297,9 +297,10 @@ def table_studies(df) -> list[str] | None:
 
 
 def ontology_score_intervals(df, key: str, models: Sequence[str]) -> list[str]:
-    """The summary's ontology-score intervals, each named by the question it answers: on new studies and on
-    more samples from these studies when the table says each row's study (as a run's report gives both), else
-    the one interval of independent items."""
+    """The summary's ontology-score intervals, each named by the question it answers: each model's
+    :func:`fieldeval.stats.mean_metric` of its scores in the table's row order, at the default seed and resamples,
+    clustered by the study each row names (else the one interval of independent items). A run's report (rows in
+    node-id order, epochs as one, the run's seed and resamples) agrees with it only where those match."""
     from fieldeval.stats.wording import interval_names
 
     studies = table_studies(df)
@@ -333,11 +334,12 @@ def estimators(rows: list[dict], metrics: Sequence[str] = METRICS) -> dict[str, 
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """Per-metric values with (cluster) bootstrap intervals, relationship counts and per-stratum scores.
+    """Per-metric values with their two intervals (:func:`fieldeval.stats.estimate`), relationship counts and
+    per-stratum scores.
 
     A metric counts the rows where it is defined: ``curie_label_valid`` and
     ``in_template_enum`` are None (not False) for a response that does not parse.
-    Intervals resample the rows' clusters (their studies) when the rows carry them.
+    Intervals are clustered by the rows' studies when the rows carry them.
     """
     design = Design.of_rows(rows)
     out: dict = {metric: estimate(est, design, seed=seed, resamples=resamples)

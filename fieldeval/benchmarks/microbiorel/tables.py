@@ -49,9 +49,10 @@ def estimators(rows: list[dict]) -> dict[str, Estimator]:
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
-    """Weighted/macro F1, precision, recall, accuracy, parse rate with (cluster) bootstrap ci95; per class; confusion.
+    """Weighted/macro F1, precision, recall, accuracy, parse rate with their two intervals
+    (:func:`fieldeval.stats.estimate`); per class; confusion.
 
-    Intervals resample the rows' clusters (their paragraphs, ``annotation_id``) when the rows carry them.
+    Intervals are clustered by the rows' paragraphs (``annotation_id``) when the rows carry them.
     """
     golds = [row["gold"] for row in rows]
     preds = [row["prediction"] for row in rows]
