@@ -31,6 +31,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from fieldeval.calls.cells import Combination
 from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache
 from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, InvalidReplyError, ModelCallError,
                                       PermanentCallError, TransientCallError, classify)
@@ -103,12 +104,12 @@ class ModelClient:
                 max_tokens: int | None = None, schema: dict | None = None) -> Request:
         """Resolve a call: the llm model, the options it accepts, the schema when it supports one.
 
-        A matrix cell (:class:`fieldeval.run.matrix.Combination`) in place of a model id sets the model, its
+        A matrix cell (:class:`fieldeval.calls.cells.Combination`) in place of a model id sets the model, its
         temperature and other options, and the epoch.
         """
         extra: dict[str, Any] = {}
         epoch = None
-        if hasattr(model_id, "params") and hasattr(model_id, "epoch"):  # a matrix cell
+        if isinstance(model_id, Combination):  # a matrix cell
             params = dict(model_id.params)
             temperature = params.pop("temperature", temperature)
             extra, epoch, model_id = params, model_id.epoch, model_id.model

@@ -36,9 +36,9 @@ import sqlite3
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.run.writable import out_of_space
@@ -52,6 +52,18 @@ POLL_MIN_S = 0.002
 POLL_MAX_S = 0.05
 
 Job = Callable[[], Any]
+
+
+class Jobs(Protocol):
+    """Item key (node id) -> its solver call, made when asked for; an entry goes once the pool took it."""
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def get(self, key: str, default: Any = None) -> Job | None: ...
+
+    def pop(self, key: str, default: Any = None) -> Job | None: ...
 
 
 class SolverClient:
@@ -235,7 +247,7 @@ class SolverPool:
         maxfail: pytest's ``--maxfail`` (1 for ``-x``, 0 for none): this many failing solvers stop the session.
     """
 
-    def __init__(self, board: Board, jobs: MutableMapping[str, Job], threads: int, *, maxfail: int = 0) -> None:
+    def __init__(self, board: Board, jobs: Jobs, threads: int, *, maxfail: int = 0) -> None:
         self.board = board
         self.jobs = jobs
         self.pid = os.getpid()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fieldeval.calls.cells import Combination, model_of
 from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, MARKER, ROW_KEY
 from fieldeval.errors import UsageError, exit_on_usage_error
 
@@ -78,15 +79,15 @@ def deselect(config: pytest.Config, state: EvalSession, items: list[pytest.Item]
     items the stored run scored (after pytest-split chose this shard's items)."""
     if state.options.matrix_job is not None and state.selected:
         model = exit_on_usage_error(state.selection.matrix_job_model)
-        _drop(config, items,
-              lambda item, found: str(getattr(item.callspec.params["model"], "model", found[1])) != model)
+        _drop(config, items, lambda item, found: model_of(item.callspec.params["model"]) != model)
     if state.resumed is None or not state.selected:
         return
     done = state.resumed.scored_items()
 
     def scored(item: pytest.Item, found: tuple[str, Any]) -> bool:
         case = state.selection.case_of(item)
-        epoch = getattr(item.callspec.params["model"], "epoch", None)
+        cell = item.callspec.params["model"]
+        epoch = cell.epoch if isinstance(cell, Combination) else None
         key = (found[0], found[1], str(case.test_id)) if case is not None else None
         return key is not None and (key if epoch is None else (*key, epoch)) in done
 
@@ -150,7 +151,7 @@ def row_of(request: pytest.FixtureRequest, state: EvalSession, values: dict[str,
     row = {"benchmark": request.node.get_closest_marker(MARKER).kwargs["benchmark"], **values,
            **_design_keys(request, state)}
     combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
-    if hasattr(combination, "columns"):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
+    if isinstance(combination, Combination):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
         row.update(combination.columns())
     return json.dumps(row, default=str, separators=(",", ":"))
 

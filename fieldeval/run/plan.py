@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fieldeval.calls.cells import model_of
+
 CHARS_PER_TOKEN = 4
 OUTPUT_TOKENS_GUESS = 100
 
@@ -55,7 +57,7 @@ class RecordingClient:
 
     def complete(self, model_id: Any, prompt: str, *, system: str | None = None, max_tokens: int | None = None,
                  **_: Any) -> _Empty:
-        model = str(getattr(model_id, "model", model_id))
+        model = model_of(model_id)
         tokens_in = math.ceil((len(prompt) + len(system or "")) / CHARS_PER_TOKEN)
         tokens_out = max_tokens or OUTPUT_TOKENS_GUESS
         entry = self.entry

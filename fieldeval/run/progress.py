@@ -94,6 +94,8 @@ class Progress:
 def keys_from_ids(ids: Sequence[str], module_benchmarks: Mapping[str, tuple[str, ...]],
                   models_for: Callable[[str], list]) -> list[Key]:
     """(benchmark, model) of each eval item among xdist's collected node ids (``<eval module>::...-<model>]``)."""
+    from fieldeval.calls.cells import test_id_of
+
     keys = []
     modules: dict[str, tuple[str, ...]] = {}
     for nodeid in ids:
@@ -103,9 +105,8 @@ def keys_from_ids(ids: Sequence[str], module_benchmarks: Mapping[str, tuple[str,
             modules[module] = module_benchmarks.get(module) or next(
                 (names for path, names in module_benchmarks.items() if path.endswith(f"/{module}")), ())
         for bench in modules[module]:
-            model = max((m for m in models_for(bench) if tail.endswith(f"-{getattr(m, 'test_id', m)}")
-                         or tail.endswith(f"[{getattr(m, 'test_id', m)}")),
-                        key=lambda m: len(getattr(m, "test_id", m)), default=None)
+            model = max((m for m in models_for(bench) if tail.endswith(f"-{test_id_of(m)}")
+                         or tail.endswith(f"[{test_id_of(m)}")), key=lambda m: len(test_id_of(m)), default=None)
             if model is not None:
                 keys.append((bench, model))
                 break

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fieldeval.calls.cells import Combination
 from fieldeval.calls.client import model_ids
 from fieldeval.errors import UsageError
 from fieldeval.run.entries import benchmark_entries
@@ -100,7 +101,7 @@ def gated_models(out: Mapping[str, Mapping[str, Any]], selection: Selection) -> 
     """The model id each reported name is gated as: an llm alias's model id, and a matrix combination's
     (``gpt-4o-mini-t0.7``) model's, so a model's thresholds reach every combination of it."""
     names = {model for models in out.values() for model in models}
-    combos = {str(c): c.model for bench in out for c in selection.models_for(bench) if hasattr(c, "model")}
+    combos = {str(c): c.model for bench in out for c in selection.models_for(bench) if isinstance(c, Combination)}
     ids = model_ids(names | set(combos.values()))
     found = {name: ids[name] for name in names if name in ids}
     found.update({label: ids.get(model, model) for label, model in combos.items() if label in names})

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fieldeval.benchmark import Benchmark, RunMeta, get_benchmark
+from fieldeval.calls.cells import Combination, model_of
 from fieldeval.defaults import MARKER
 from fieldeval.errors import UsageError, exit_on_usage_error
 
 if TYPE_CHECKING:
     import pytest
 
-    from fieldeval.run.matrix import Combination
     from fieldeval.run.options import EngineOptions
 
 
@@ -86,7 +86,7 @@ class Selection:
         models: dict[str, None] = {}
         for name in self.selected:
             for cell in self.models_for(name):
-                models.setdefault(str(getattr(cell, "model", cell)), None)
+                models.setdefault(model_of(cell), None)
         return list(models)
 
     def matrix_job_model(self) -> str | None:
@@ -129,7 +129,7 @@ class Selection:
         """The case key of an epoch of a repeated item (``--epochs``), None for an item asked once."""
         combination = item.callspec.params.get("model") if hasattr(item, "callspec") else None
         case = self.case_of(item)
-        if getattr(combination, "epoch", None) is None or case is None:
+        if not isinstance(combination, Combination) or combination.epoch is None or case is None:
             return None
         return str(case.test_id)
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fieldeval.calls.cells import model_of
 from fieldeval.calls.client import ModelClient, resolve_model
 from fieldeval.errors import UsageError
 from fieldeval.run.intake import Intake
@@ -136,7 +137,7 @@ class EvalSession:
             bench = selection.benchmark(name)
             if bench.warm is not None:
                 models = selection.models_for(name)
-                bench.warm(selection.bench_options[name], list(dict.fromkeys(getattr(m, "model", m) for m in models)))
+                bench.warm(selection.bench_options[name], list(dict.fromkeys(map(model_of, models))))
 
     def announce(self) -> None:
         """Print the design's notices (``--epochs`` at temperature 0), one line each, once (controller)."""
