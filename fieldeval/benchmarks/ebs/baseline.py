@@ -13,9 +13,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-import llm
 
-from fieldeval.baselines import BaselineModel
+from fieldeval.baselines import BaselineModel, registers
 
 BIOME = "ENVO:00000428"
 _ALLOWED_LINE = re.compile(r"^\s*-\s*(?P<label>.+?)\s*\[(?P<curie>[A-Za-z][A-Za-z0-9_]*:\d+)\]\s*$")
@@ -137,12 +136,7 @@ class EbsBaseline(BaselineModel):
     """Offline env_broad_scale baseline: lexical match plus climate zone, never the answer."""
 
     model_id = "ebs-baseline"
-
-    def answer(self, prompt: str, system: str | None) -> str:
-        return predict(prompt)
+    respond = staticmethod(predict)
 
 
-@llm.hookimpl
-def register_models(register) -> None:
-    """Register ebs-baseline with llm (this module is an llm plugin)."""
-    register(EbsBaseline())
+register_models = registers(EbsBaseline)  # this module is an llm plugin

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 
-import llm
 
-from fieldeval.baselines import BaselineModel
+from fieldeval.baselines import BaselineModel, registers
 
 _LINE = re.compile(r"^(Context|Location|Forecast lead time):\s*(.+)$", re.M)
 
@@ -41,12 +40,7 @@ class IbfFloor(BaselineModel):
     """Offline IBF floor: restates hazard and place, adds generic actions; never the references."""
 
     model_id = "ibf-floor"
-
-    def answer(self, prompt: str, system: str | None) -> str:
-        return floor_response(prompt)
+    respond = staticmethod(floor_response)
 
 
-@llm.hookimpl
-def register_models(register) -> None:
-    """Register ibf-floor with llm (this module is an llm plugin)."""
-    register(IbfFloor())
+register_models = registers(IbfFloor)  # this module is an llm plugin

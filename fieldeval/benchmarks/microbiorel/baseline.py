@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import llm
 
 from fieldeval.atomic import atomic_path
-from fieldeval.baselines import BaselineModel
+from fieldeval.baselines import BaselineModel, registers
 
 RECIPE_VERSION = "1"
 C_GRID = (2.0, 8.0, 32.0, 128.0)
@@ -206,12 +205,7 @@ class MicrobioRelBaseline(BaselineModel):
     """Offline MicrobioRel baseline: TF-IDF views of the masked pair, logistic regression; never the answer."""
 
     model_id = "re-baseline"
-
-    def answer(self, prompt: str, system: str | None) -> str:
-        return predict(prompt)
+    respond = staticmethod(predict)
 
 
-@llm.hookimpl
-def register_models(register) -> None:
-    """Register re-baseline with llm (this module is an llm plugin)."""
-    register(MicrobioRelBaseline())
+register_models = registers(MicrobioRelBaseline)  # this module is an llm plugin
