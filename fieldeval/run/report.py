@@ -149,6 +149,36 @@ def item_counts(payload: Mapping[str, Any], progress: Progress, epochs_of: Calla
     return counts
 
 
+def stored_meta(payload: Mapping[str, Any], *, selection: Selection, options: EngineOptions, status: str,
+                progress: Progress, intake: Intake, completed_at: str, git_commit: str | None) -> dict[str, Any]:
+    """What the store keeps of a run beside its payload and rows: label, corpus versions and hashes, commit,
+    status, times, its run group and settings (:func:`~fieldeval.run.shards.run_group_meta`), its item counts and
+    errored items."""
+    from fieldeval.run.shards import run_group_meta
+
+    metas = {name: selection.run_meta(name) for name in intake.rows()}
+    return {
+        "label": options.run_label,
+        "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
+        "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
+        "git_commit": git_commit,
+        "status": status,
+        "completed_at": completed_at,
+        **run_group_meta(selection, payload.get("ontology_version")),
+        **item_counts(payload, progress, selection.epochs_of),
+        "errors": intake.failed_items,
+    }
+
+
+def recompute_inputs(options: EngineOptions, intake: Intake, progress: Progress) -> dict[str, Any]:
+    """What a kept run's metrics are recomputed from besides its rows (``runs push`` checks them)."""
+    return {"seed": options.seed, "resamples": options.resamples, "cluster_by": options.cluster_by,
+            "errors": [[b, str(m), n] for (b, m), n in intake.errors.items()],
+            "planned": [[b, str(m), n] for (b, m), n in progress.planned.items()],
+            "errored_epochs": [[b, str(m), case, n] for (b, m), cases in intake.errored_epochs.items()
+                               for case, n in cases.items()]}
+
+
 def exit_status(pytest_status: int, payload: Mapping[str, Any], *, errors_allowed: bool, errored_only: bool,
                 disk_full: bool) -> int:
     """The session's exit status once its report is built: a failed gate fails a passing session; errored items
@@ -164,4 +194,5 @@ def exit_status(pytest_status: int, payload: Mapping[str, Any], *, errors_allowe
     return pytest_status
 
 
-__all__ = ["build_payload", "exit_status", "gated_models", "item_counts", "rankings", "run_facts", "run_status"]
+__all__ = ["build_payload", "exit_status", "gated_models", "item_counts", "rankings", "recompute_inputs", "run_facts",
+           "run_status", "stored_meta"]

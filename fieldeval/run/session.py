@@ -31,7 +31,7 @@ from fieldeval.run.intake import Intake
 from fieldeval.run.memory import keeps_passed_reports
 from fieldeval.run.options import EngineOptions
 from fieldeval.run.progress import Progress, ProgressDisplay, keys_from_ids
-from fieldeval.run.report import build_payload, item_counts, run_status
+from fieldeval.run.report import build_payload, run_status
 from fieldeval.run.runfiles import trim_limit
 from fieldeval.run.saver import RunSaver
 from fieldeval.run.selection import Selection
@@ -253,39 +253,26 @@ class EvalSession:
     def save(self, exitstatus: int, folder: Path, rows_digest: str | None = None) -> Future:
         """Hand the finished run to the store (:meth:`RunSaver.save`); the future gives None once stored, else the
         one line saying where it is kept."""
-        from fieldeval.run.shards import run_group_meta
+        from fieldeval.run.report import stored_meta
 
         if self.saver.url is None:
             return self.saver.save(folder, {}, {}, None)
         try:
-            selection, rows = self.selection, self.intake.rows()
-            metas = {name: selection.run_meta(name) for name in rows}
-            meta = {
-                "label": self.options.run_label,
-                "corpus_version": {b: m.corpus_version for b, m in metas.items() if m.corpus_version},
-                "content_hash": {b: m.content_hash for b, m in metas.items() if m.content_hash},
-                "git_commit": _git_commit(self.config.rootpath),
-                "status": self.status if self.status != "running" else run_status(exitstatus, self.progress,
-                                                                                   self.intake.errors),
-                "completed_at": self.saver.completed_at or _now(),
-                **run_group_meta(selection, self.payload().get("ontology_version")),
-                **item_counts(self.payload(), self.progress, selection.epochs_of),
-                "errors": self.intake.failed_items,
-            }
-            table_rows = {name: self.intake.sorted_rows(name) for name in rows}
+            status = self.status if self.status != "running" else run_status(exitstatus, self.progress,
+                                                                              self.intake.errors)
+            meta = stored_meta(self.payload(), selection=self.selection, options=self.options, status=status,
+                               progress=self.progress, intake=self.intake, completed_at=self.saver.completed_at or _now(),
+                               git_commit=_git_commit(self.config.rootpath))
+            rows = {name: self.intake.sorted_rows(name) for name in self.intake.rows()}
         except BaseException:
             self.saver.abandon()
             raise
-        return self.saver.save(folder, table_rows, meta, rows_digest)
+        return self.saver.save(folder, rows, meta, rows_digest)
 
     def _recompute(self) -> dict[str, Any]:
-        """What a kept run's metrics are recomputed from besides its rows (``runs push`` checks them)."""
-        intake = self.intake
-        return {"seed": self.options.seed, "resamples": self.options.resamples, "cluster_by": self.options.cluster_by,
-                "errors": [[b, str(m), n] for (b, m), n in intake.errors.items()],
-                "planned": [[b, str(m), n] for (b, m), n in self.progress.planned.items()],
-                "errored_epochs": [[b, str(m), case, n] for (b, m), cases in intake.errored_epochs.items()
-                                   for case, n in cases.items()]}
+        from fieldeval.run.report import recompute_inputs
+
+        return recompute_inputs(self.options, self.intake, self.progress)
 
     def write_outputs(self, folder: Path) -> list[Path]:
         """Each benchmark's scored tables under ``folder``; the paths written."""
@@ -297,20 +284,12 @@ class EvalSession:
     def check_outputs(self, report_path: Path) -> None:
         """Check every path the session will write before any model call: one line and exit 2 if one is not
         writable (reports folder, JSON report, progress file, Markdown summary, cache, a SQLite store)."""
-        from fieldeval.run.writable import check_outputs
+        from fieldeval.run.writable import check_session_outputs
 
-        files: list[tuple[str, Any]] = [("--eval-report", report_path), ("--progress-file", self.options.progress_file),
-                                        ("--summary-md", self.summary_md())]
-        if self.client.cache is not None:
-            files.append(("--cache-path", self.client.cache.path))
-        url = self.store_url()
-        if url is not None:
-            from fieldeval.store import resolve_url
-
-            parsed = resolve_url(url)
-            if parsed.get_backend_name() == "sqlite":
-                files.append(("--store", Path(parsed.database).expanduser()))
-        check_outputs(files, [("--reports-dir", self.reports_dir())])
+        cache = self.client.cache.path if self.client.cache is not None else None
+        check_session_outputs(report_path=report_path, progress_file=self.options.progress_file,
+                              summary_md=self.summary_md(), cache=cache, store_url=self.store_url(),
+                              reports_dir=self.reports_dir())
 
     def summary_md(self) -> str | None:
         """Where the Markdown summary is appended: ``--summary-md``, else GitHub's step summary, else nowhere."""

@@ -92,6 +92,21 @@ def check_outputs(files: Iterable[tuple[str, str | Path | None]],
             check_file(path, flag)
 
 
+def check_session_outputs(*, report_path: Path, progress_file: str | None, summary_md: str | None,
+                          cache: Path | None, store_url: str | None, reports_dir: Path) -> None:
+    """:func:`check_outputs` of what an eval session writes: the JSON report, progress file, Markdown summary,
+    response cache and (a SQLite store) the store's file, and the reports folder."""
+    files: list[tuple[str, str | Path | None]] = [("--eval-report", report_path), ("--progress-file", progress_file),
+                                                  ("--summary-md", summary_md), ("--cache-path", cache)]
+    if store_url is not None:
+        from fieldeval.store import resolve_url
+
+        parsed = resolve_url(store_url)
+        if parsed.get_backend_name() == "sqlite":
+            files.append(("--store", Path(parsed.database).expanduser()))
+    check_outputs(files, [("--reports-dir", reports_dir)])
+
+
 def out_of_space(error: BaseException) -> bool:
     """Whether ``error`` (or what caused it) says the disk or quota is full."""
     seen: set[int] = set()
