@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from fieldeval.errors import UsageError
-from fieldeval.store.runs import require_runs, row_runs
+from fieldeval.store.run_reads import require_runs, row_runs
 from fieldeval.store.schema import Tables, iso
 from fieldeval.store.where import Where
 
