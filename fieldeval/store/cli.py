@@ -249,17 +249,8 @@ def _models_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParsersAction | None = None) -> None:
-    """Add the ``runs`` and ``models`` subcommands to the top-level subparsers.
-
-    Args:
-        sub: the subparsers of the ``fieldeval`` parser.
-        score_sub: unused; accepted so this fits the ``register(sub, score_sub)`` extension hook.
-
-    Example:
-        >>> sub = parser.add_subparsers(dest="command", required=True)  # doctest: +SKIP
-        >>> register_cli(sub)  # doctest: +SKIP
-    """
+def register_cli(sub: argparse._SubParsersAction) -> None:
+    """Add the ``runs`` and ``models`` subcommands to the ``fieldeval`` parser's subparsers ``sub``."""
     runs = sub.add_parser("runs", help="list, show, compare, diff, merge and delete stored runs; read their items")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
     r_list = runs_sub.add_parser("list", help="stored runs, oldest first")
