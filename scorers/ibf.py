@@ -15,88 +15,36 @@ Aggregates: a dimension mean ignores unscored values; the mean dimension
 score (MDS) is the mean of the five dimension means; the threshold pass rate
 (TPR) is the share of *fully scored* items whose five scores are all >= 2.
 
-Everything here is pure: text and references in, numbers out.
+The rubric's records are in :mod:`scorers.ibf_rubric` and the judge's reader in
+:mod:`scorers.ibf_judge`; this module is the face of all three. Everything here
+is pure: text and references in, numbers out.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from scorers.ibf_reference import Evidence, reference_scores
+from scorers.ibf_judge import JUDGE_SCHEMA, judge_rationale, parse_judgement
+from scorers.ibf_reference import reference_scores
+from scorers.ibf_rubric import (
+    DIMENSIONS,
+    MAX_SCORE,
+    MIN_SCORE,
+    PASS_THRESHOLD,
+    REFERENCE_SCORER,
+    IbfScore,
+    passes_threshold,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-DIMENSIONS: tuple[str, ...] = (
-    "hazard_recognition",
-    "impact_reasoning",
-    "uncertainty_handling",
-    "action_relevance",
-    "geographic_specificity",
-)
-MIN_SCORE = 0
-MAX_SCORE = 4
-PASS_THRESHOLD = 2
-REFERENCE_SCORER = "reference"
 MDS_STRONG = 3.0
 MDS_PARTIAL = 2.0
 TPR_MINIMUM = 0.4
 
 Band = Literal["strong", "partial", "unsuitable"]
-
-@dataclass(frozen=True)
-class IbfScore:
-    """The five rubric scores of one response and the scorer that made them.
-
-    Attributes:
-        hazard_recognition: 0-4, or None when unscored.
-        impact_reasoning: 0-4, or None when unscored.
-        uncertainty_handling: 0-4, or None when unscored.
-        action_relevance: 0-4, or None when unscored.
-        geographic_specificity: 0-4, or None when unscored.
-        scorer: which scorer made the scores: ``reference`` or ``judge:<model id>``.
-        unscored_reason: why some or all dimensions are unscored (None when all are scored).
-        evidence: the reference scorer's evidence per dimension (see :data:`scorers.ibf_reference.Evidence`);
-            None from a judge. Not a column of the scored table, so not in :meth:`as_dict`.
-    """
-
-    hazard_recognition: int | None
-    impact_reasoning: int | None
-    uncertainty_handling: int | None
-    action_relevance: int | None
-    geographic_specificity: int | None
-    scorer: str
-    unscored_reason: str | None = None
-    evidence: dict[str, Evidence] | None = field(default=None, compare=False)
-
-    @classmethod
-    def unscored(cls, scorer: str, reason: str) -> IbfScore:
-        """A response none of whose dimensions could be scored (not a zero)."""
-        return cls(None, None, None, None, None, scorer=scorer, unscored_reason=reason)
-
-    @property
-    def values(self) -> tuple[int | None, ...]:
-        """The five scores in rubric order."""
-        return tuple(getattr(self, name) for name in DIMENSIONS)
-
-    @property
-    def item_mds(self) -> float | None:
-        """The item's mean over its scored dimensions (None when none is scored)."""
-        scored = [v for v in self.values if v is not None]
-        return sum(scored) / len(scored) if scored else None
-
-    @property
-    def passes_threshold(self) -> bool | None:
-        """All five scores >= 2; None when any dimension is unscored."""
-        return passes_threshold(self.values)
-
-    def as_dict(self) -> dict[str, int | str | None]:
-        """The five scores, scorer and reason as a flat dict (the scored table's columns)."""
-        return {**dict(zip(DIMENSIONS, self.values)), "scorer": self.scorer, "unscored_reason": self.unscored_reason}
 
 
 # --- aggregate metrics ------------------------------------------------------------------------
@@ -172,17 +120,6 @@ def mds_weights(matrix: np.ndarray, weights: np.ndarray) -> np.ndarray:
         present = ~np.isnan(means)
         return np.where(present, means, 0.0).sum(axis=1) / present.sum(axis=1)
 
-
-def passes_threshold(scores: Sequence[int | None], *, threshold: int = PASS_THRESHOLD) -> bool | None:
-    """Whether all five scores reach ``threshold``; None when any is unscored.
-
-    Example:
-        >>> passes_threshold([4, 3, 3, 4, 3])
-        True
-    """
-    if any(s is None for s in scores):
-        return None
-    return all(s >= threshold for s in scores)
 
 
 def threshold_pass_rate(items: Iterable[Sequence[int | None]], *, threshold: int = PASS_THRESHOLD) -> float | None:
@@ -313,113 +250,7 @@ def score_reference(response: str, references: Mapping) -> IbfScore:
     return IbfScore(**scores, scorer=REFERENCE_SCORER, evidence=evidence)
 
 
-# --- the judge ----------------------------------------------------------------------------------
-
-
-JUDGE_SCHEMA: dict = {
-    "type": "object",
-    "properties": {
-        **{name: {"type": "integer", "minimum": MIN_SCORE, "maximum": MAX_SCORE} for name in DIMENSIONS},
-        "rationale": {"type": "string"},
-    },
-    "required": list(DIMENSIONS),
-}
-
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-
-
-def _json_objects(text: str) -> list[dict]:
-    """Every JSON object in a text: the whole text, fenced blocks, then each ``{`` scanned in prose."""
-    found: list[dict] = []
-    candidates = [text.strip(), *(m.strip() for m in _FENCE.findall(text))]
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate)
-        except (json.JSONDecodeError, ValueError):
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except (json.JSONDecodeError, ValueError):
-            continue
-        if isinstance(value, dict):
-            found.append(value)
-    return found
-
-
-def _rubric_value(value: object) -> int | None:
-    """An integer 0-4 from a judge's value (int, integral float or digit string); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        value = int(value)
-    if isinstance(value, int) and MIN_SCORE <= value <= MAX_SCORE:
-        return value
-    return None
-
-
-def _normalise_key(key: str) -> str:
-    return re.sub(r"[^a-z]+", "_", key.lower()).strip("_")
-
-
-def _judgement_object(text: str | None) -> tuple[dict, dict] | None:
-    """The first JSON object of a judge reply that holds rubric scores, and its scores keyed by normalised name."""
-    for obj in _json_objects(text or ""):
-        inner = obj.get("scores") if isinstance(obj.get("scores"), dict) else obj
-        keyed = {_normalise_key(str(k)): v for k, v in inner.items()}
-        if any(name in keyed for name in DIMENSIONS):
-            return obj, keyed
-    return None
-
-
-def judge_rationale(text: str | None) -> str | None:
-    """The ``rationale`` of the judge reply's scores object (as :func:`parse_judgement` finds it), or None.
-
-    Example:
-        >>> judge_rationale('{"hazard_recognition": 4, "rationale": "Names the flood and its gauge."}')
-        'Names the flood and its gauge.'
-    """
-    found = _judgement_object(text)
-    if found is None:
-        return None
-    obj, keyed = found
-    value = obj.get("rationale", keyed.get("rationale"))
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value.strip()
-
-
-def parse_judgement(text: str, *, scorer: str = "judge") -> IbfScore:
-    """Read an LLM judge's reply into five scores; what cannot be read is unscored, never 0.
-
-    The reply may be bare JSON, JSON inside a code fence, or JSON inside prose;
-    keys may be nested under ``scores`` and spelled with spaces or capitals
-    ("Hazard Recognition"). A value that is not an integer 0-4 (3.5, 7, "good",
-    true) leaves its dimension unscored.
-
-    Args:
-        text: the judge's raw reply.
-        scorer: the name recorded with the scores, e.g. ``judge:gpt-4o-mini``.
-
-    Returns:
-        The scores, with ``unscored_reason`` naming what could not be read.
-
-    Example:
-        >>> parse_judgement('Scores: {"hazard_recognition": 4, "impact_reasoning": 3, '
-        ...                 '"uncertainty_handling": 9, "action_relevance": 4, '
-        ...                 '"geographic_specificity": 3}').uncertainty_handling is None
-        True
-    """
-    found = _judgement_object(text)
-    if found is None:
-        return IbfScore.unscored(scorer, "no JSON object with rubric scores in the judge reply")
-    best = found[1]
-    values = {name: _rubric_value(best.get(name)) for name in DIMENSIONS}
-    bad = [f"{name}={best.get(name)!r}" for name in DIMENSIONS if values[name] is None]
-    reason = f"not an integer 0-4: {', '.join(bad)}" if bad else None
-    return IbfScore(**values, scorer=scorer, unscored_reason=reason)
+__all__ = ["DIMENSIONS", "JUDGE_SCHEMA", "MAX_SCORE", "MDS_PARTIAL", "MDS_STRONG", "MIN_SCORE", "PASS_THRESHOLD",
+           "REFERENCE_SCORER", "TPR_MINIMUM", "Band", "IbfScore", "dimension_mean", "judge_rationale", "mds_band",
+           "mds_batch", "mds_weights", "mean_dimension_score", "parse_judgement", "passes_threshold", "reading",
+           "run_scores", "score_reference", "threshold_pass_rate"]

@@ -98,6 +98,16 @@ def test_a_clean_ibf_corpus_has_no_findings():
     assert list(_ibf_findings(AUDIT / "ibf-clean.jsonl")) == []
 
 
+
+def test_thin_groups_list_their_cases_in_order_and_name_the_fewest_first():
+    from fieldeval.benchmarks.findings import thin_groups
+
+    pairs = [("c0", "flood"), ("c1", "dzud"), ("c2", "flood"), ("c3", "cyclone"), ("c4", "flood"), ("c5", "dzud")]
+    thin = thin_groups(pairs, 3)
+    assert (thin.groups, thin.counts, thin.cases) == (3, {"dzud": 2, "cyclone": 1}, ("c1", "c3", "c5"))
+    assert thin.named == "cyclone (1), dzud (2)"
+    assert thin_groups(pairs, 1) is None
+
 def test_audit_command_exits_1_with_strict_only_when_there_are_findings(capsys):
     defects, clean = str(AUDIT / "ibf-defects.jsonl"), str(AUDIT / "ibf-clean.jsonl")
     assert main(["audit", "ibf", "--ibf-corpus", defects]) == 0

@@ -214,16 +214,8 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(sub: argparse._SubParsersAction, score_sub: argparse._SubParsersAction | None = None) -> None:
-    """Add the ``serve`` and ``report`` subcommands to the top-level subparsers.
-
-    Args:
-        sub: the subparsers of the ``fieldeval`` parser.
-        score_sub: unused; accepted so this fits the ``register(sub, score_sub)`` extension hook.
-
-    Example:
-        >>> register_cli(parser.add_subparsers(dest="command"))  # doctest: +SKIP
-    """
+def register_cli(sub: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` and ``report`` subcommands to the ``fieldeval`` parser's subparsers ``sub``."""
     store_help = "sqlite:///PATH or postgresql://... (default: $FIELDEVAL_STORE, else reports/fieldeval.db)"
     serve = sub.add_parser("serve", help="the HTTP API and dashboard (FastAPI on uvicorn)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")

@@ -200,7 +200,7 @@ MAX_PAGE = 1000  # the most items one GET /api/evaluations/{run_id}/responses re
 
 def require_stored(store, run_id: str) -> None:
     """NotFound unless ``run_id`` is a stored run (a queued or running job has no responses to read yet)."""
-    from fieldeval.store.runs import require_runs
+    from fieldeval.store.run_reads import require_runs
 
     with store.engine.connect() as conn:
         try:

@@ -10,7 +10,8 @@ postgresql://...``). The modules:
 - :mod:`~fieldeval.store.schema`: tables, versioned migrations, benchmark-declared columns.
 - :mod:`~fieldeval.store.registration`: the model registry.
 - :mod:`~fieldeval.store.payload`: a session's payload and rows as table rows.
-- :mod:`~fieldeval.store.runs`: save, list, show, responses, delete.
+- :mod:`~fieldeval.store.runs`: save and delete, with :mod:`~fieldeval.store.run_reads` (list, show,
+  responses) and :mod:`~fieldeval.store.leases` (resume leases).
 - :mod:`~fieldeval.store.compare`: the seed's compare payload.
 - :mod:`~fieldeval.store.core`: :class:`Store` and :func:`open_store`.
 - :mod:`~fieldeval.store.check`: :func:`check_store`, before a session makes any model call.
@@ -32,13 +33,13 @@ if TYPE_CHECKING:
     from fieldeval.store.core import Store, check_store, open_store
     from fieldeval.store.compare import PartialRunError
     from fieldeval.store.registration import ModelConflict, ModelRecord
-    from fieldeval.store.runs import RunSummary
+    from fieldeval.store.run_reads import RunSummary
     from fieldeval.store.schema import MIGRATIONS, SCHEMA_VERSION, UtcDateTime
     from fieldeval.store.url import redact, resolve_url
 
 _LAZY = {
     "Store": "core", "check_store": "core", "open_store": "core",
-    "ModelRecord": "registration", "ModelConflict": "registration", "RunSummary": "runs", "PartialRunError": "compare",
+    "ModelRecord": "registration", "ModelConflict": "registration", "RunSummary": "run_reads", "PartialRunError": "compare",
     "MIGRATIONS": "schema", "SCHEMA_VERSION": "schema", "UtcDateTime": "schema",
     "redact": "url", "resolve_url": "url",
 }

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from fieldeval.benchmark import StoreColumns
 from fieldeval.errors import UsageError
 from fieldeval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from fieldeval.store.runs import legacy_versions, require_runs
+from fieldeval.store.run_reads import legacy_versions, require_runs
 from fieldeval.store.schema import Tables
 
 

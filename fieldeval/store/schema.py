@@ -100,6 +100,16 @@ def _group_columns() -> list[sa.Column]:
             sa.Column("shard_count", sa.Integer), sa.Column("settings", _JSON), sa.Column("settings_hash", sa.Text)]
 
 
+def _item_columns(key: str, item: str) -> list[sa.Column]:
+    """The first columns of a table with one row per item of a run: its own id ``key``, the run, benchmark and
+    model, and the item's id ``item``."""
+    return [sa.Column(key, _ID, primary_key=True, autoincrement=True),
+            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), nullable=False),
+            sa.Column("benchmark", sa.Text, nullable=False),
+            sa.Column("model", sa.Text, nullable=False),
+            sa.Column(item, sa.Text, nullable=False)]
+
+
 def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_columns: tuple[str, ...]) -> Tables:
     """Every table of the store on ``metadata``; the benchmark-specific columns come last."""
     return Tables(
@@ -169,11 +179,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
         ),
         evaluation_responses=sa.Table(
             "evaluation_responses", metadata,
-            sa.Column("response_id", _ID, primary_key=True, autoincrement=True),
-            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), nullable=False),
-            sa.Column("benchmark", sa.Text, nullable=False),
-            sa.Column("model", sa.Text, nullable=False),
-            sa.Column("corpus_item_id", sa.Text, nullable=False),
+            *_item_columns("response_id", "corpus_item_id"),
             sa.Column("raw_response", sa.Text),
             sa.Column("metrics", _JSON),
             sa.Column("response_time_s", sa.Float),
@@ -189,11 +195,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
         ),
         evaluation_errors=sa.Table(
             "evaluation_errors", metadata,
-            sa.Column("error_id", _ID, primary_key=True, autoincrement=True),
-            sa.Column("run_id", sa.Text, sa.ForeignKey("evaluations.run_id", ondelete="CASCADE"), nullable=False),
-            sa.Column("benchmark", sa.Text, nullable=False),
-            sa.Column("model", sa.Text, nullable=False),
-            sa.Column("item_id", sa.Text, nullable=False),
+            *_item_columns("error_id", "item_id"),
             sa.Column("error_class", sa.Text, nullable=False),
             sa.Column("message", sa.Text),
             sa.Column("case_id", sa.Text),  # the case's own id (migration 7); item_id is the pytest node id

@@ -36,6 +36,12 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def add_run_id_column(table: Any, header: str, run_ids: list[str], **options: Any) -> None:
+    """A column of run ids as wide as the longest: never wrapped nor cut, whatever the terminal's width (the other
+    columns fold)."""
+    table.add_column(header, no_wrap=True, min_width=max(len(run_id) for run_id in [header, *run_ids]), **options)
+
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
     """The ``--store`` option every subcommand takes."""
     parser.add_argument("--store", metavar="URL", default=None,
@@ -43,4 +49,4 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
                              "(default: $FIELDEVAL_STORE, else reports/fieldeval.db)")
 
 
-__all__ = ["add_store_option", "command_store", "fmt", "make_console"]
+__all__ = ["add_run_id_column", "add_store_option", "command_store", "fmt", "make_console"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from fieldeval.benchmark import Finding
+from fieldeval.benchmarks.findings import thin_groups
 from fieldeval.benchmarks.ibf.corpus import IbfItem
 from fieldeval.benchmarks.ibf.prompts import render_prompt
 from scorers.ibf_reference import phrase_matches
@@ -42,16 +43,14 @@ def audit(context: IbfContext) -> list[Finding]:
     """The corpus's findings: hazards with few items, items whose prompts are the same, items without a reference."""
     items = context.corpus.items
     findings = []
-    per_hazard = Counter(item.hazard for item in items)
-    thin = {hazard: n for hazard, n in per_hazard.items() if n < MIN_HAZARD_ITEMS}
+    thin = thin_groups([(item.id, item.hazard) for item in items], MIN_HAZARD_ITEMS)
     if thin:
-        cases = tuple(item.id for item in items if item.hazard in thin)
-        named = ", ".join(f"{hazard} ({n})" for hazard, n in sorted(thin.items(), key=lambda h: (h[1], h[0])))
         findings.append(Finding(
             "hazard_with_few_items",
-            f"{len(thin)} of {len(per_hazard)} hazards have fewer than {MIN_HAZARD_ITEMS} items ({len(cases)} items: "
-            f"{named}); intervals resample hazards, and a thin hazard's numbers rest on a handful of answers",
-            len(cases), cases))
+            f"{len(thin.counts)} of {thin.groups} hazards have fewer than {MIN_HAZARD_ITEMS} items "
+            f"({len(thin.cases)} items: {thin.named}); intervals resample hazards, and a thin hazard's numbers rest "
+            "on a handful of answers",
+            len(thin.cases), thin.cases))
     prompts: dict[str, list[str]] = defaultdict(list)
     for item in items:
         prompts[" ".join(render_prompt(item).casefold().split())].append(item.id)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fieldeval.benchmark import Finding
+from fieldeval.benchmarks.findings import thin_groups
 from fieldeval.benchmarks.microbiorel.cases import RelationCase, load_split
 
 if TYPE_CHECKING:
@@ -37,16 +37,15 @@ def audit_splits(test: Sequence[RelationCase], others: Mapping[str, Sequence[Rel
             f"{len({_paragraph(c.text) for c in test})}) share their paragraph with the {' or '.join(splits)} split; "
             "a model trained there has read the test text",
             len(shared), tuple(case.case_id for case in shared)))
-    counts = Counter(case.gold for case in test)
-    thin = {gold: n for gold, n in counts.items() if n < MIN_CLASS_ITEMS}
+    thin = thin_groups([(case.case_id, case.gold) for case in test], MIN_CLASS_ITEMS)
     if thin:
-        cases = tuple(case.case_id for case in test if case.gold in thin)
-        named = ", ".join(f"{gold} ({n})" for gold, n in sorted(thin.items(), key=lambda item: (item[1], item[0])))
+        classes = len(thin.counts)
         findings.append(Finding(
             "class_with_few_items",
-            f"{_plural(len(thin), 'class')} ha{'s' if len(thin) == 1 else 've'} fewer than {MIN_CLASS_ITEMS} test "
-            f"items ({len(cases)} items: {named}); their F1 swings on one answer and still weighs in macro F1",
-            len(cases), cases))
+            f"{_plural(classes, 'class')} ha{'s' if classes == 1 else 've'} fewer than {MIN_CLASS_ITEMS} test "
+            f"items ({len(thin.cases)} items: {thin.named}); their F1 swings on one answer and still weighs in "
+            "macro F1",
+            len(thin.cases), thin.cases))
     outside = [case for case in test if case.filtered_labels and case.gold not in case.filtered_labels]
     if outside:
         named = ", ".join(f"{case.case_id} {case.gold}" for case in outside[:5]) + (", ..." if len(outside) > 5 else "")
