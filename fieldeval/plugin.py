@@ -51,6 +51,7 @@ def eval_session(config: pytest.Config) -> EvalSession:
     if started is None:
         engine, bench_options = exit_on_usage_error(lambda: parse_options(config))
         started = _keep(config, build_session(config, engine, bench_options, selected=[], modules={}))
+        prepare_run(config, started)  # the --model values checked, as in an eval session
     return started.state
 
 
