@@ -1,7 +1,10 @@
 """The call engine over real HTTP: a local OpenAI-compatible server started here counts every request.
 
 Requests, the calls in flight and what reached the cache are counted at the
-server and in the files, never timed.
+server and in the files, never timed. Where a test needs the calls at a known
+point, the server holds the answers until the test (or the session's own state)
+lets them go, and the test waits on those counts; a deadline only turns a hang
+into a failure.
 """
 
 from __future__ import annotations
@@ -95,16 +98,73 @@ def test_a_valid_reply_is_scored_and_cached_then_read_back(http_project):
     assert STATS.as_dict()["requests"] == 5  # the second run came from the cache
 
 
+SLOT_REPORTS = """
+import json
+import os
+import threading
+import urllib.request
+
+from fieldeval.calls.limits import CallLimits, SlotWaitTimeout
+
+_acquire = CallLimits.acquire
+
+
+def _report(**counts):
+    # to the test's server: a caller of this process began or ended waiting for a call slot, or holding one
+    body = json.dumps({"pid": os.getpid(), **counts}).encode()
+    request = urllib.request.Request(os.environ["MOCK_OPENAI_SLOTS"], data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        reply.read()
+
+
+def _acquire_reported(self, model, timeout):
+    try:
+        lease = _acquire(self, model, 0)  # a slot free at once
+        _report(holding=1)
+    except SlotWaitTimeout:
+        _report(waiting=1)
+        try:
+            lease = _acquire(self, model, timeout)
+        except BaseException:
+            _report(waiting=-1)
+            raise
+        _report(waiting=-1, holding=1)
+    release, lock, released = lease.release, threading.Lock(), []
+
+    def _release_reported():
+        release()
+        with lock:
+            if released:
+                return
+            released.append(True)
+        _report(holding=-1)
+
+    lease.release = _release_reported
+    return lease
+
+
+CallLimits.acquire = _acquire_reported
+"""
+
+
 @pytest.mark.parametrize(("workers", "concurrency"), [("2", "1"), ("2", "3"), ("0", "3")])
-def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, workers, concurrency):
-    STATS.reset(0.2)
-    result, report = _run(http_project, "mock-ok", 12, "--concurrency", concurrency, "-n", workers, "--cache", "off")
-    result.assert_outcomes(passed=12)
+def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, server, monkeypatch, workers,
+                                                              concurrency):
+    # Each answer is held until the session's callers are all here or held back at a call slot, every process
+    # has one, and every slot holder's request has arrived: so C calls in flight at once are seen whenever the
+    # session allows them, and a call over the bound (another process's, say) is here while the others are held.
+    bound, processes, items = int(concurrency), max(1, int(workers)), 12
+    callers = max(bound, processes)  # solver threads: C in all, at least one per process
+    monkeypatch.setenv("MOCK_OPENAI_SLOTS", f"http://127.0.0.1:{server.server_address[1]}/slots")
+    (http_project.path / "conftest.py").write_text(SLOT_REPORTS)
+    STATS.reset(0.0, callers=callers, processes=processes, total=items)
+    result, report = _run(http_project, "mock-ok", items, "--concurrency", concurrency, "-n", workers,
+                          "--cache", "off")
+    result.assert_outcomes(passed=items)
     seen = STATS.as_dict()
-    assert seen["requests"] == 12  # one call per item: no test body ran twice
-    assert seen["max_in_flight"] <= int(concurrency)
-    if int(concurrency) > 1:
-        assert seen["max_in_flight"] >= 2  # the calls do overlap
+    assert seen["gate_timeouts"] == 0, "the session never had its callers at the server or at a slot"
+    assert seen["requests"] == items  # one call per item: no test body ran twice
+    assert seen["max_in_flight"] == bound  # never over the bound, and the calls do overlap up to it
 
 
 HOLD_FIRST_ITEM = """
