@@ -167,84 +167,132 @@ def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, serve
     assert seen["max_in_flight"] == bound  # never over the bound, and the calls do overlap up to it
 
 
-HOLD_FIRST_ITEM = """
+HOLD_UNTIL_SETTLED = """
 import json
+import os
 import time
-import urllib.request
 
 import pytest
+
+from fieldeval.calls.pool import Board
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # the project folder: the test reads what is written here
+boards = []
+_init = Board.__init__
+
+
+def _recorded(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    boards.append(self)
+
+
+Board.__init__ = _recorded  # the session's board of solver runs, as this process opens it
+
+
+def settle(name):
+    # until the session's solvers are done: stopped with none running, or out of planned work (the deadline
+    # only ends a hang); what the board showed is written to NAME-PID.json
+    board, deadline, timed_out = boards[-1], time.monotonic() + 120, False
+    while True:
+        counts, stopped = board.counts(), board.stopped()
+        if counts.get("running", 0) == 0 and (stopped is not None or counts.get("planned", 0) == 0):
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(0.02)
+    with open(os.path.join(HERE, f"{name}-{os.getpid()}.json"), "w") as out:
+        json.dump({"counts": counts, "stopped": stopped, "timed_out": timed_out}, out)
+"""
+
+HOLD_FIRST_ITEM = HOLD_UNTIL_SETTLED + """
 
 held = []
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    # pytest hears of the first failure only when this item reports: held until the solvers have spent more
-    # than 2 x C requests (when nothing stops them) or a deadline passes (when the solver-side stop has)
+    # pytest hears of no failure until the solvers are done: the first item of each process reports only then
     if not held:
         held.append(item.nodeid)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            with urllib.request.urlopen("http://127.0.0.1:{port}/stats") as reply:
-                if json.load(reply)["requests"] > {most}:
-                    break
-            time.sleep(0.05)
+        settle("settled")
     return (yield)
 """
 
-BUSY_LOOP = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end:\n    pass\n"
+
+def _settled(project: pytest.Pytester, name: str = "settled") -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(project.path.glob(f"{name}-*.json"))]
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_maxfail_1_stops_spending_when_the_solver_sees_the_failure(http_project, server, workers):
-    # the failure that --maxfail counts stops new calls in every process as its solver sees it, whatever the
-    # load and however late pytest reports the item: at most C more requests after the first failed one
-    concurrency = 4
+def test_maxfail_1_stops_spending_when_the_solver_sees_the_failure(http_project, workers):
+    # the failure that --maxfail counts stops new calls in every process as its solver sees it, however late
+    # pytest reports the item: here pytest hears of it only once the solvers have stopped, or spent everything
+    concurrency, items = 4, 100
     STATS.reset(0.0)
-    (http_project.path / "conftest.py").write_text(
-        HOLD_FIRST_ITEM.format(port=server.server_address[1], most=2 * concurrency))
-    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP])]  # a machine with other work
-    try:
-        result, _ = _run(http_project, "mock-500", 100, "--retries", "0", "--concurrency", str(concurrency),
-                         "--maxfail", "1", "-n", workers, "--cache", "off")
-    finally:
-        for process in load:
-            process.kill()
-            process.wait()
+    (http_project.path / "conftest.py").write_text(HOLD_FIRST_ITEM)
+    result, _ = _run(http_project, "mock-500", items, "--retries", "0", "--concurrency", str(concurrency),
+                     "--maxfail", "1", "-n", workers, "--cache", "off")
     assert result.parseoutcomes().get("failed", 0) >= 1
-    assert STATS.as_dict()["requests"] <= 2 * concurrency
+    settled = _settled(http_project)
+    assert settled and not any(seen["timed_out"] for seen in settled), settled
+    # at most the calls the session's callers had already started when the first one failed
+    assert STATS.as_dict()["requests"] <= 2 * concurrency, settled
+    # the solvers stopped by themselves, with work left undone
+    assert all(seen["stopped"] is not None and seen["counts"].get("planned", 0) > 0 for seen in settled), settled
+
+
+HOLD_AFTER_INTERRUPT = HOLD_UNTIL_SETTLED + """
+
+
+def pytest_keyboard_interrupt(excinfo):
+    # the session is kept going after the interrupt until its solvers are done (stopped, or out of work): calls
+    # stopped only at the session's end would all be made by then
+    open(os.path.join(HERE, "interrupted"), "w").close()
+    settle("settled")
+"""
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + DEADLINE_S  # only a hang reaches it
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    assert path.exists(), f"no {path.name} (the run {'ended' if process.poll() is not None else 'hung'})"
 
 
 def test_ctrl_c_stops_spending(http_project):
-    # Ctrl-C half-way: the calls in flight may end, but no new request starts after the signal. Answers
-    # take 1 s (a signal handled late on a busy machine still lands inside one round), and a plugin that
-    # takes 4 s over the interrupt keeps the session from ending: calls stopped only at the session's end
-    # would send about four more rounds in that time.
-    STATS.reset(1.0)
-    (http_project.path / "conftest.py").write_text(
-        "import time\n\n\ndef pytest_keyboard_interrupt(excinfo):\n    time.sleep(4)\n")
+    # Ctrl-C half-way: the calls in flight end, but no new request starts after the signal. The server holds
+    # every answer, so at the signal the C = 4 calls are in flight here and none can have followed them; the
+    # answers go out once the session has taken the interrupt, and the session then waits for its solvers.
+    concurrency = 4
+    STATS.reset(0.0, hold=True)
+    (http_project.path / "conftest.py").write_text(HOLD_AFTER_INTERRUPT)
     _suite(http_project, 100)
     args = [sys.executable, "-m", "pytest", "evals", "--model", "mock-ok", "--ebs-suite", "suite.yaml",
             "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider",
-            "--concurrency", "4", "-n", "0", "--cache", "off", "-q"]
+            "--concurrency", str(concurrency), "-n", "0", "--cache", "off", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(args, cwd=http_project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        for _ in range(DEADLINE_S * 20):  # until a few rounds of calls went out (or the deadline: a hang)
-            if STATS.as_dict()["requests"] >= 8 or process.poll() is not None:
-                break
-            threading.Event().wait(0.05)
+        assert STATS.wait_for(lambda stats: stats.in_flight >= concurrency or process.poll() is not None,
+                              DEADLINE_S), "the calls never filled the slots"
         assert process.poll() is None, "the run ended before it was interrupted"
+        at_signal = STATS.as_dict()["requests"]  # every slot holds a held call: nothing more can start
         process.send_signal(signal.SIGINT)
-        at_signal = STATS.as_dict()["requests"]
+        _wait_for_file(http_project.path / "interrupted", process)
+        STATS.release()  # the calls in flight end
         output, _ = process.communicate(timeout=DEADLINE_S)
     finally:
+        STATS.release()
         if process.poll() is None:
             process.kill()
+            process.wait()
     assert process.returncode == 2, output.decode(errors="replace")[-2000:]  # pytest's "interrupted"
-    # at most the C = 4 calls a solver thread was already sending when the signal came
-    assert STATS.as_dict()["requests"] <= at_signal + 4
-    assert at_signal < 100
+    assert at_signal == concurrency
+    [settled] = _settled(http_project)
+    assert not settled["timed_out"], settled
+    assert STATS.as_dict()["requests"] == at_signal, settled  # not one request after the signal
+    assert settled["stopped"] is not None and settled["counts"].get("planned", 0) > 0, settled  # stopped, work left
 
 
 def test_a_hung_request_ends_at_the_call_timeout_and_frees_its_slot(http_project):
