@@ -24,6 +24,7 @@ import yaml
 
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.calls.pool import Board, SolverCrash, SolverPool
+from fieldeval.store import open_store
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 from tests.ebs_project import _case
 from tests.mock_openai import STATS, extra_models_yaml, serve
@@ -58,32 +59,44 @@ def _suite(project: pytest.Pytester, cases: int) -> None:
     (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
 
 
-def _run(project: pytest.Pytester, model: str, cases: int, *extra: str):
+def _run(project: pytest.Pytester, model: str, cases: int, *extra: str, store: str = "none"):
     _suite(project, cases)
     args = ("evals", "--model", model, "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
-            "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider", *extra)
+            "--enum-dir", str(TINY_ENUMS), "--store", store, "-p", "no:cacheprovider", *extra)
     result = project.runpytest_subprocess(*args, timeout=600)
     path = project.path / "reports" / "report.json"
     return result, (json.loads(path.read_text()) if path.is_file() else None)
 
 
+def _stored_errors(store: Path) -> list[dict]:
+    """The errored items of the one run in ``store``, as ``fieldeval runs show`` lists them."""
+    with open_store(str(store)) as opened:
+        [run] = opened.list_runs()
+        return opened.get_run(run.run_id)["errors"]
+
+
 def test_retries_n_mean_exactly_n_plus_1_requests(http_project):
-    result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0")
+    store = http_project.path / "store.db"
+    result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0",
+                          store=str(store))
     result.assert_outcomes(failed=3)
     assert STATS.as_dict()["requests"] == 9  # 3 items x (2 retries + 1); the SDK's own retries are off
-    result.stdout.fnmatch_lines(["*mock-500: no response after 3 request(s): HTTPStatusError: HTTP 500: server exploded*"])
     assert report["evals"]["benchmarks"]["ebs"]["mock-500"]["errors"] == 3
+    errors = _stored_errors(store)  # each item errored with the provider's status and its own message
+    assert [error["error_class"] for error in errors] == ["HTTPStatusError"] * 3
+    assert all("500" in error["message"] and "server exploded" in error["message"] for error in errors)
 
 
 @pytest.mark.parametrize("model", ["mock-invalid", "mock-nochoices"])
 def test_an_invalid_200_reply_is_retried_errored_and_never_cached(http_project, model):
-    cache = http_project.path / "cache.sqlite"
+    cache, store = http_project.path / "cache.sqlite", http_project.path / "store.db"
     result, report = _run(http_project, model, 2, "--retries", "1", "--cache", "use", "--cache-path", str(cache),
-                          "-n", "0")
+                          "-n", "0", store=str(store))
     result.assert_outcomes(failed=2)
-    assert STATS.as_dict()["requests"] == 4
-    result.stdout.fnmatch_lines([f"*{model}: no valid reply after 2 request(s): InvalidReply: *"])
+    assert STATS.as_dict()["requests"] == 4  # 2 items x (1 retry + 1): an invalid reply is retried
     assert report["evals"]["benchmarks"]["ebs"][model]["errors"] == 2
+    # errored as an invalid reply (not scored as an empty answer, nor as a failed connection)
+    assert [error["error_class"] for error in _stored_errors(store)] == ["InvalidReply"] * 2
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
 
@@ -296,11 +309,11 @@ def test_ctrl_c_stops_spending(http_project):
 
 
 def test_a_hung_request_ends_at_the_call_timeout_and_frees_its_slot(http_project):
+    store = http_project.path / "store.db"
     result, report = _run(http_project, "mock-hang", 4, "--call-timeout", "0.5", "--retries", "1",
-                          "--concurrency", "4", "-n", "0", "--cache", "off")
+                          "--concurrency", "4", "-n", "0", "--cache", "off", store=str(store))
     result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines(["*mock-hang: no response after 2 request(s): TimeoutError: no answer within "
-                                 "--call-timeout 0.5 s*"])
+    assert [error["error_class"] for error in _stored_errors(store)] == ["TimeoutError"] * 4
     assert STATS.as_dict()["requests"] == 8  # every second request found a slot: the first ones had ended
 
 
