@@ -16,6 +16,15 @@ The model name in each request picks the behaviour:
 ``GET /stats`` returns the requests seen (count, per model, per Authorization header), the most in flight at once,
 and the server's clock at the first request's start and the last response's end;
 ``POST /reset`` clears them and takes ``{"delay": seconds}``.
+
+A request is in flight from when it is read until just before its answer is written: a caller can start its next
+request only after it has the answer, so the count in flight never includes two requests that did not overlap.
+
+A test in the server's process can also hold the answers (``STATS.reset(hold=True)``, then ``STATS.release()``),
+or hold each one until the session's callers are all at the server or held back at a call slot
+(``STATS.reset(callers=..., processes=..., total=...)``, with the callers' slot waits reported to ``POST /slots``),
+and wait on the counts with ``STATS.wait_for(condition, timeout)``. A hold that outlasts ``GATE_DEADLINE_S``
+opens the gate for good and is counted in ``gate_timeouts``: a test fails on it instead of hanging.
 """
 
 from __future__ import annotations
@@ -25,26 +34,47 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 
 LARGE_ANSWER_BYTES = 2 * 1024 * 1024
+GATE_DEADLINE_S = 90.0  # only a broken gate or engine reaches it (a call times out at 120 s by default)
 
 
 class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.reset(0.0)
 
-    def reset(self, delay: float) -> None:
-        self.delay = delay
-        self.requests = 0
-        self.by_model: dict[str, int] = {}
-        self.by_key: dict[str, int] = {}
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.first_start: float | None = None
-        self.last_end: float | None = None
-        self.messages: list[list[dict]] = []  # each request's messages, as received (the first 1,000)
+    def reset(self, delay: float, *, hold: bool = False, callers: int | None = None, processes: int = 1,
+              total: int | None = None) -> None:
+        """Clear the counts; ``delay``: seconds before each answer.
+
+        Args:
+            hold: hold every answer until :meth:`release`.
+            callers: hold each answer until this many of the session's callers are in flight here or waiting
+                for a call slot, every one of the session's ``processes`` has a caller holding or waiting for a
+                slot, and every slot holder's request has arrived here; or until the requests here and the
+                callers waiting for a slot make ``total`` (the last requests of the session).
+        """
+        with self.lock:
+            self.delay = delay
+            self.requests = 0
+            self.by_model: dict[str, int] = {}
+            self.by_key: dict[str, int] = {}
+            self.in_flight = 0
+            self.max_in_flight = 0
+            self.first_start: float | None = None
+            self.last_end: float | None = None
+            self.messages: list[list[dict]] = []  # each request's messages, as received (the first 1,000)
+            self.hold = hold
+            self.callers, self.processes, self.total = callers, processes, total
+            self.slots: dict[int, dict[str, int]] = {}  # pid -> {"waiting": n, "holding": n}, as reported
+            self.released = False
+            self.held = 0
+            self.gate_timeouts = 0
+            self.cond.notify_all()
 
     def received(self, messages: list[dict]) -> None:
         with self.lock:
@@ -61,17 +91,73 @@ class Stats:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             if self.first_start is None:
                 self.first_start = time.monotonic()
+            self.cond.notify_all()
 
     def end(self) -> None:
         with self.lock:
             self.in_flight -= 1
             self.last_end = time.monotonic()
+            self.cond.notify_all()
+
+    def slot_report(self, pid: int, waiting: int = 0, holding: int = 0) -> None:
+        """A caller of process ``pid`` began (+1) or ended (-1) waiting for a call slot, or holding one."""
+        with self.lock:
+            mine = self.slots.setdefault(pid, {"waiting": 0, "holding": 0})
+            mine["waiting"] += waiting
+            mine["holding"] += holding
+            self.cond.notify_all()
+
+    def _open(self) -> bool:
+        if self.released:
+            return True
+        if self.hold:
+            return False
+        if self.callers is None:
+            return True
+        waiting = sum(slot["waiting"] for slot in self.slots.values())
+        if self.total is not None and self.requests + waiting >= self.total:
+            return True
+        holding = sum(slot["holding"] for slot in self.slots.values())
+        present = sum(1 for slot in self.slots.values() if slot["waiting"] + slot["holding"] > 0)
+        return (self.in_flight + waiting >= self.callers and present >= self.processes
+                and self.in_flight >= holding)
+
+    def gate(self) -> None:
+        """Hold the request just begun while the gate is shut (see :meth:`reset`)."""
+        deadline = time.monotonic() + GATE_DEADLINE_S
+        with self.lock:
+            self.held += 1
+            self.cond.notify_all()
+            try:
+                while not self._open():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.gate_timeouts += 1
+                        self.released = True  # open for good: the test fails on the count, the session ends
+                        self.cond.notify_all()
+                        break
+                    self.cond.wait(left)
+            finally:
+                self.held -= 1
+                self.cond.notify_all()
+
+    def release(self) -> None:
+        """Answer every held request, and every later one at once."""
+        with self.lock:
+            self.released = True
+            self.cond.notify_all()
+
+    def wait_for(self, condition: Callable[[Stats], bool], timeout: float) -> bool:
+        """Wait (at most ``timeout`` s, a deadline for a hang only) until ``condition(self)`` holds."""
+        with self.cond:
+            return self.cond.wait_for(lambda: condition(self), timeout)
 
     def as_dict(self) -> dict:
         with self.lock:
             return {"requests": self.requests, "by_model": dict(self.by_model), "by_key": dict(self.by_key),
                     "in_flight": self.in_flight,
-                    "max_in_flight": self.max_in_flight, "first_start": self.first_start, "last_end": self.last_end}
+                    "max_in_flight": self.max_in_flight, "first_start": self.first_start, "last_end": self.last_end,
+                    "held": self.held, "gate_timeouts": self.gate_timeouts}
 
 
 STATS = Stats()
@@ -79,11 +165,18 @@ STATS = Stats()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    counted = False  # a chat request is counted in flight (until just before its answer is written)
 
     def log_message(self, *args) -> None:  # quiet
         pass
 
+    def _ended(self) -> None:
+        if self.counted:
+            self.counted = False
+            STATS.end()
+
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self._ended()  # before the caller can have the answer: its next request never overlaps this one here
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -100,6 +193,11 @@ class Handler(BaseHTTPRequestHandler):
             STATS.reset(float((json.loads(raw or b"{}")).get("delay", 0.0)))
             self._send(200, b"{}")
             return
+        if self.path.rstrip("/").endswith("/slots"):
+            report = json.loads(raw or b"{}")
+            STATS.slot_report(int(report["pid"]), int(report.get("waiting", 0)), int(report.get("holding", 0)))
+            self._send(200, b"{}")
+            return
         try:
             body = json.loads(raw)
         except ValueError:
@@ -108,7 +206,9 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model", "")
         STATS.received(body.get("messages", []))
         STATS.begin(model, self.headers.get("Authorization"))
+        self.counted = True
         try:
+            STATS.gate()
             if STATS.delay:
                 time.sleep(STATS.delay)
             if model == "mock-hang":
@@ -134,7 +234,7 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
-            STATS.end()
+            self._ended()
 
 
 class Server(ThreadingHTTPServer):

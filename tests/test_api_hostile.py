@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,21 +24,50 @@ DEADLINE_S = 60
 
 
 class Capture:
-    """A loopback chat-completions server that records each request's headers; ``delay`` slows its answers."""
+    """A loopback chat-completions server that records each request's headers.
+
+    With ``hold``, a request is not answered: it is held until its caller closes the connection (counted in
+    ``abandoned``) or the capture closes.
+    """
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self.delay = 0.0  # seconds each answer takes
+        self.hold = False
+        self.held = 0  # requests waiting now for their caller to go
+        self.abandoned = 0  # held requests whose caller closed the connection without an answer
+        self.answered = 0
+        self.cond = threading.Condition()
+        self.closing = threading.Event()
         capture = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:
                 pass
 
+            def _caller_left(self) -> bool:
+                """Wait until the caller closes the connection (True) or the capture closes (False)."""
+                while not capture.closing.is_set():
+                    if select.select([self.connection], [], [], 0.1)[0]:
+                        try:
+                            return self.connection.recv(1, socket.MSG_PEEK) == b""
+                        except OSError:  # reset by the caller's kernel
+                            return True
+                return False
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                capture.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}})
-                time.sleep(capture.delay)
+                with capture.cond:
+                    capture.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}})
+                    capture.held += capture.hold
+                    capture.cond.notify_all()
+                if capture.hold:
+                    left = self._caller_left()
+                    with capture.cond:
+                        capture.held -= 1
+                        capture.abandoned += left
+                        capture.cond.notify_all()
+                    if left:
+                        return
                 text = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body.get("model"),
                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                                    "choices": [{"index": 0, "finish_reason": "stop",
@@ -48,6 +79,8 @@ class Capture:
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
+                    with capture.cond:
+                        capture.answered += 1
                 except OSError:  # the caller is gone
                     pass
 
@@ -56,7 +89,14 @@ class Capture:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def wait_for(self, condition, what: str, timeout: float = DEADLINE_S) -> None:
+        """Wait until ``condition()`` holds, told by each request's change (the deadline only catches a hang)."""
+        with self.cond:
+            if not self.cond.wait_for(condition, timeout):
+                raise AssertionError(f"{what}: not within {timeout} s")
+
     def close(self) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -184,20 +224,21 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_9_of_the_server_kills_its_run_and_its_model_calls(tmp_path, capture):
-    capture.delay = 0.5  # slow answers: the run is mid-way when the server dies
+    capture.hold = True  # no call is answered: the run is mid-way, its calls in flight here, when the server dies
     server = Server(tmp_path / "store.db").start()
     name = "slow-" + secrets.token_hex(3)
     assert server.call("POST", "/api/models", {"name": name, "endpoint": capture.url})[0] == 201
     _, started = server.call("POST", "/api/evaluations", {"model_id": name, **IBF})
-    _wait(lambda: len(capture.requests) >= 3, "the run's first model calls")
+    capture.wait_for(lambda: capture.held >= 1, "the run's first model call")
     children = server.children()
     assert children, "the run is a child process of the server"
     server.kill()
-    calls_at_kill = len(capture.requests)
     _wait(lambda: not any(_alive(pid) for pid in children), "the run's process ending with the server")
-    time.sleep(1.0)  # let any request already on the wire arrive
-    # a call in transit at the instant of the kill may still land; a run left going makes a dozen more
-    assert len(capture.requests) - calls_at_kill <= 2, (calls_at_kill, len(capture.requests))
+    # its model calls died with it: every call that reached the endpoint (one still on the wire at the kill
+    # included) was dropped by its caller, none waits on for an answer and none was answered
+    capture.wait_for(lambda: capture.held == 0 and capture.abandoned == len(capture.requests),
+                     "every model call of the run dropped by its caller")
+    assert capture.answered == 0 and capture.abandoned >= 1
     restarted = Server(tmp_path / "store.db", port=server.port).start()
     try:
         status, view = restarted.call("GET", f"/api/evaluations/{started['run_id']}")

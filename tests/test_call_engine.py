@@ -1,7 +1,10 @@
 """The call engine over real HTTP: a local OpenAI-compatible server started here counts every request.
 
 Requests, the calls in flight and what reached the cache are counted at the
-server and in the files, never timed.
+server and in the files, never timed. Where a test needs the calls at a known
+point, the server holds the answers until the test (or the session's own state)
+lets them go, and the test waits on those counts; a deadline only turns a hang
+into a failure.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import yaml
 
 from fieldeval.calls.failures import ModelCallError
 from fieldeval.calls.pool import Board, SolverCrash, SolverPool
+from fieldeval.store import open_store
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
 from tests.ebs_project import _case
 from tests.mock_openai import STATS, extra_models_yaml, serve
@@ -55,32 +59,44 @@ def _suite(project: pytest.Pytester, cases: int) -> None:
     (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
 
 
-def _run(project: pytest.Pytester, model: str, cases: int, *extra: str):
+def _run(project: pytest.Pytester, model: str, cases: int, *extra: str, store: str = "none"):
     _suite(project, cases)
     args = ("evals", "--model", model, "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR,
-            "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider", *extra)
+            "--enum-dir", str(TINY_ENUMS), "--store", store, "-p", "no:cacheprovider", *extra)
     result = project.runpytest_subprocess(*args, timeout=600)
     path = project.path / "reports" / "report.json"
     return result, (json.loads(path.read_text()) if path.is_file() else None)
 
 
+def _stored_errors(store: Path) -> list[dict]:
+    """The errored items of the one run in ``store``, as ``fieldeval runs show`` lists them."""
+    with open_store(str(store)) as opened:
+        [run] = opened.list_runs()
+        return opened.get_run(run.run_id)["errors"]
+
+
 def test_retries_n_mean_exactly_n_plus_1_requests(http_project):
-    result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0")
+    store = http_project.path / "store.db"
+    result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0",
+                          store=str(store))
     result.assert_outcomes(failed=3)
     assert STATS.as_dict()["requests"] == 9  # 3 items x (2 retries + 1); the SDK's own retries are off
-    result.stdout.fnmatch_lines(["*mock-500: no response after 3 request(s): HTTPStatusError: HTTP 500: server exploded*"])
     assert report["evals"]["benchmarks"]["ebs"]["mock-500"]["errors"] == 3
+    errors = _stored_errors(store)  # each item errored with the provider's status and its own message
+    assert [error["error_class"] for error in errors] == ["HTTPStatusError"] * 3
+    assert all("500" in error["message"] and "server exploded" in error["message"] for error in errors)
 
 
 @pytest.mark.parametrize("model", ["mock-invalid", "mock-nochoices"])
 def test_an_invalid_200_reply_is_retried_errored_and_never_cached(http_project, model):
-    cache = http_project.path / "cache.sqlite"
+    cache, store = http_project.path / "cache.sqlite", http_project.path / "store.db"
     result, report = _run(http_project, model, 2, "--retries", "1", "--cache", "use", "--cache-path", str(cache),
-                          "-n", "0")
+                          "-n", "0", store=str(store))
     result.assert_outcomes(failed=2)
-    assert STATS.as_dict()["requests"] == 4
-    result.stdout.fnmatch_lines([f"*{model}: no valid reply after 2 request(s): InvalidReply: *"])
+    assert STATS.as_dict()["requests"] == 4  # 2 items x (1 retry + 1): an invalid reply is retried
     assert report["evals"]["benchmarks"]["ebs"][model]["errors"] == 2
+    # errored as an invalid reply (not scored as an empty answer, nor as a failed connection)
+    assert [error["error_class"] for error in _stored_errors(store)] == ["InvalidReply"] * 2
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
 
@@ -95,104 +111,209 @@ def test_a_valid_reply_is_scored_and_cached_then_read_back(http_project):
     assert STATS.as_dict()["requests"] == 5  # the second run came from the cache
 
 
-@pytest.mark.parametrize(("workers", "concurrency"), [("2", "1"), ("2", "3"), ("0", "3")])
-def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, workers, concurrency):
-    STATS.reset(0.2)
-    result, report = _run(http_project, "mock-ok", 12, "--concurrency", concurrency, "-n", workers, "--cache", "off")
-    result.assert_outcomes(passed=12)
-    seen = STATS.as_dict()
-    assert seen["requests"] == 12  # one call per item: no test body ran twice
-    assert seen["max_in_flight"] <= int(concurrency)
-    if int(concurrency) > 1:
-        assert seen["max_in_flight"] >= 2  # the calls do overlap
-
-
-HOLD_FIRST_ITEM = """
+SLOT_REPORTS = """
 import json
-import time
+import os
+import threading
 import urllib.request
 
+from fieldeval.calls.limits import CallLimits, SlotWaitTimeout
+
+_acquire = CallLimits.acquire
+
+
+def _report(**counts):
+    # to the test's server: a caller of this process began or ended waiting for a call slot, or holding one
+    body = json.dumps({"pid": os.getpid(), **counts}).encode()
+    request = urllib.request.Request(os.environ["MOCK_OPENAI_SLOTS"], data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        reply.read()
+
+
+def _acquire_reported(self, model, timeout):
+    try:
+        lease = _acquire(self, model, 0)  # a slot free at once
+        _report(holding=1)
+    except SlotWaitTimeout:
+        _report(waiting=1)
+        try:
+            lease = _acquire(self, model, timeout)
+        except BaseException:
+            _report(waiting=-1)
+            raise
+        _report(waiting=-1, holding=1)
+    release, lock, released = lease.release, threading.Lock(), []
+
+    def _release_reported():
+        release()
+        with lock:
+            if released:
+                return
+            released.append(True)
+        _report(holding=-1)
+
+    lease.release = _release_reported
+    return lease
+
+
+CallLimits.acquire = _acquire_reported
+"""
+
+
+@pytest.mark.parametrize(("workers", "concurrency"), [("2", "1"), ("2", "3"), ("0", "3")])
+def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, server, monkeypatch, workers,
+                                                              concurrency):
+    # Each answer is held until the session's callers are all here or held back at a call slot, every process
+    # has one, and every slot holder's request has arrived: so C calls in flight at once are seen whenever the
+    # session allows them, and a call over the bound (another process's, say) is here while the others are held.
+    bound, processes, items = int(concurrency), max(1, int(workers)), 12
+    callers = max(bound, processes)  # solver threads: C in all, at least one per process
+    monkeypatch.setenv("MOCK_OPENAI_SLOTS", f"http://127.0.0.1:{server.server_address[1]}/slots")
+    (http_project.path / "conftest.py").write_text(SLOT_REPORTS)
+    STATS.reset(0.0, callers=callers, processes=processes, total=items)
+    result, report = _run(http_project, "mock-ok", items, "--concurrency", concurrency, "-n", workers,
+                          "--cache", "off")
+    result.assert_outcomes(passed=items)
+    seen = STATS.as_dict()
+    assert seen["gate_timeouts"] == 0, "the session never had its callers at the server or at a slot"
+    assert seen["requests"] == items  # one call per item: no test body ran twice
+    assert seen["max_in_flight"] == bound  # never over the bound, and the calls do overlap up to it
+
+
+HOLD_UNTIL_SETTLED = """
+import json
+import os
+import time
+
 import pytest
+
+from fieldeval.calls.pool import Board
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # the project folder: the test reads what is written here
+boards = []
+_init = Board.__init__
+
+
+def _recorded(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    boards.append(self)
+
+
+Board.__init__ = _recorded  # the session's board of solver runs, as this process opens it
+
+
+def settle(name):
+    # until the session's solvers are done: stopped with none running, or out of planned work (the deadline
+    # only ends a hang); what the board showed is written to NAME-PID.json
+    board, deadline, timed_out = boards[-1], time.monotonic() + 120, False
+    while True:
+        counts, stopped = board.counts(), board.stopped()
+        if counts.get("running", 0) == 0 and (stopped is not None or counts.get("planned", 0) == 0):
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(0.02)
+    with open(os.path.join(HERE, f"{name}-{os.getpid()}.json"), "w") as out:
+        json.dump({"counts": counts, "stopped": stopped, "timed_out": timed_out}, out)
+"""
+
+HOLD_FIRST_ITEM = HOLD_UNTIL_SETTLED + """
 
 held = []
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    # pytest hears of the first failure only when this item reports: held until the solvers have spent more
-    # than 2 x C requests (when nothing stops them) or a deadline passes (when the solver-side stop has)
+    # pytest hears of no failure until the solvers are done: the first item of each process reports only then
     if not held:
         held.append(item.nodeid)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            with urllib.request.urlopen("http://127.0.0.1:{port}/stats") as reply:
-                if json.load(reply)["requests"] > {most}:
-                    break
-            time.sleep(0.05)
+        settle("settled")
     return (yield)
 """
 
-BUSY_LOOP = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end:\n    pass\n"
+
+def _settled(project: pytest.Pytester, name: str = "settled") -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(project.path.glob(f"{name}-*.json"))]
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_maxfail_1_stops_spending_when_the_solver_sees_the_failure(http_project, server, workers):
-    # the failure that --maxfail counts stops new calls in every process as its solver sees it, whatever the
-    # load and however late pytest reports the item: at most C more requests after the first failed one
-    concurrency = 4
+def test_maxfail_1_stops_spending_when_the_solver_sees_the_failure(http_project, workers):
+    # the failure that --maxfail counts stops new calls in every process as its solver sees it, however late
+    # pytest reports the item: here pytest hears of it only once the solvers have stopped, or spent everything
+    concurrency, items = 4, 100
     STATS.reset(0.0)
-    (http_project.path / "conftest.py").write_text(
-        HOLD_FIRST_ITEM.format(port=server.server_address[1], most=2 * concurrency))
-    load = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP])]  # a machine with other work
-    try:
-        result, _ = _run(http_project, "mock-500", 100, "--retries", "0", "--concurrency", str(concurrency),
-                         "--maxfail", "1", "-n", workers, "--cache", "off")
-    finally:
-        for process in load:
-            process.kill()
-            process.wait()
+    (http_project.path / "conftest.py").write_text(HOLD_FIRST_ITEM)
+    result, _ = _run(http_project, "mock-500", items, "--retries", "0", "--concurrency", str(concurrency),
+                     "--maxfail", "1", "-n", workers, "--cache", "off")
     assert result.parseoutcomes().get("failed", 0) >= 1
-    assert STATS.as_dict()["requests"] <= 2 * concurrency
+    settled = _settled(http_project)
+    assert settled and not any(seen["timed_out"] for seen in settled), settled
+    # at most the calls the session's callers had already started when the first one failed
+    assert STATS.as_dict()["requests"] <= 2 * concurrency, settled
+    # the solvers stopped by themselves, with work left undone
+    assert all(seen["stopped"] is not None and seen["counts"].get("planned", 0) > 0 for seen in settled), settled
+
+
+HOLD_AFTER_INTERRUPT = HOLD_UNTIL_SETTLED + """
+
+
+def pytest_keyboard_interrupt(excinfo):
+    # the session is kept going after the interrupt until its solvers are done (stopped, or out of work): calls
+    # stopped only at the session's end would all be made by then
+    open(os.path.join(HERE, "interrupted"), "w").close()
+    settle("settled")
+"""
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + DEADLINE_S  # only a hang reaches it
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    assert path.exists(), f"no {path.name} (the run {'ended' if process.poll() is not None else 'hung'})"
 
 
 def test_ctrl_c_stops_spending(http_project):
-    # Ctrl-C half-way: the calls in flight may end, but no new request starts after the signal. Answers
-    # take 1 s (a signal handled late on a busy machine still lands inside one round), and a plugin that
-    # takes 4 s over the interrupt keeps the session from ending: calls stopped only at the session's end
-    # would send about four more rounds in that time.
-    STATS.reset(1.0)
-    (http_project.path / "conftest.py").write_text(
-        "import time\n\n\ndef pytest_keyboard_interrupt(excinfo):\n    time.sleep(4)\n")
+    # Ctrl-C half-way: the calls in flight end, but no new request starts after the signal. The server holds
+    # every answer, so at the signal the C = 4 calls are in flight here and none can have followed them; the
+    # answers go out once the session has taken the interrupt, and the session then waits for its solvers.
+    concurrency = 4
+    STATS.reset(0.0, hold=True)
+    (http_project.path / "conftest.py").write_text(HOLD_AFTER_INTERRUPT)
     _suite(http_project, 100)
     args = [sys.executable, "-m", "pytest", "evals", "--model", "mock-ok", "--ebs-suite", "suite.yaml",
             "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider",
-            "--concurrency", "4", "-n", "0", "--cache", "off", "-q"]
+            "--concurrency", str(concurrency), "-n", "0", "--cache", "off", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(args, cwd=http_project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        for _ in range(DEADLINE_S * 20):  # until a few rounds of calls went out (or the deadline: a hang)
-            if STATS.as_dict()["requests"] >= 8 or process.poll() is not None:
-                break
-            threading.Event().wait(0.05)
+        assert STATS.wait_for(lambda stats: stats.in_flight >= concurrency or process.poll() is not None,
+                              DEADLINE_S), "the calls never filled the slots"
         assert process.poll() is None, "the run ended before it was interrupted"
+        at_signal = STATS.as_dict()["requests"]  # every slot holds a held call: nothing more can start
         process.send_signal(signal.SIGINT)
-        at_signal = STATS.as_dict()["requests"]
+        _wait_for_file(http_project.path / "interrupted", process)
+        STATS.release()  # the calls in flight end
         output, _ = process.communicate(timeout=DEADLINE_S)
     finally:
+        STATS.release()
         if process.poll() is None:
             process.kill()
+            process.wait()
     assert process.returncode == 2, output.decode(errors="replace")[-2000:]  # pytest's "interrupted"
-    # at most the C = 4 calls a solver thread was already sending when the signal came
-    assert STATS.as_dict()["requests"] <= at_signal + 4
-    assert at_signal < 100
+    assert at_signal == concurrency
+    [settled] = _settled(http_project)
+    assert not settled["timed_out"], settled
+    assert STATS.as_dict()["requests"] == at_signal, settled  # not one request after the signal
+    assert settled["stopped"] is not None and settled["counts"].get("planned", 0) > 0, settled  # stopped, work left
 
 
 def test_a_hung_request_ends_at_the_call_timeout_and_frees_its_slot(http_project):
+    store = http_project.path / "store.db"
     result, report = _run(http_project, "mock-hang", 4, "--call-timeout", "0.5", "--retries", "1",
-                          "--concurrency", "4", "-n", "0", "--cache", "off")
+                          "--concurrency", "4", "-n", "0", "--cache", "off", store=str(store))
     result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines(["*mock-hang: no response after 2 request(s): TimeoutError: no answer within "
-                                 "--call-timeout 0.5 s*"])
+    assert [error["error_class"] for error in _stored_errors(store)] == ["TimeoutError"] * 4
     assert STATS.as_dict()["requests"] == 8  # every second request found a slot: the first ones had ended
 
 

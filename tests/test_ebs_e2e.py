@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import re
+
+import numpy as np
 import pytest
 
 from tests.conftest import TINY_SELECTOR
@@ -37,14 +41,53 @@ def test_items_have_readable_ids_and_wrong_answers_pass(project):
                                  "*test_ebs[[]forest_biome-case003-fake-ebs[]] FAILED*"])
 
 
+def _summary_cells(stdout: str, model: str) -> dict[str, str]:
+    """The terminal summary table's cells for one model, by row: ``{"items": "4", "ontology_score": ...}``."""
+    lines = stdout.splitlines()
+    start = next(number for number, line in enumerate(lines) if "metric" in line and model in line)
+    cells = {}
+    for line in lines[start + 1:]:
+        if line.lstrip().startswith("\u2514"):  # the table's bottom rule
+            break
+        parts = [part.strip() for part in line.split("\u2502")]  # its column rules
+        if len(parts) == 4 and parts[1]:
+            cells[parts[1]] = parts[2]
+    return cells
+
+
+def _value_and_interval(cell: str) -> tuple[float, float, float]:
+    """``0.650 (0.000-1.000)`` read as numbers."""
+    value, lo, hi = map(float, re.fullmatch(r"(-?[\d.]+) \((-?[\d.]+)-(-?[\d.]+)\)", cell).groups())
+    return value, lo, hi
+
+
+def _bootstrap_ci95(values: np.ndarray, resamples: int = 20_000) -> tuple[float, float]:
+    """The 95% percentile interval of the mean over i.i.d. item resamples, computed here from the rows."""
+    draws = np.random.default_rng(0).integers(0, len(values), size=(resamples, len(values)))
+    return tuple(np.percentile(values[draws].mean(axis=1), [2.5, 97.5]))
+
+
 @pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_scored_table_and_summary_are_written(project):
     result, _ = run(project)
-    table = (project.path / "reports" / "ebs" / "results_envo_scored.tsv").read_text().splitlines()
-    assert table[0].startswith("model\tcase_id\tstratum\tsampleData\tcase_ideal\tresponse_text\tparse_success")
-    assert len(table) == 4
-    result.stdout.fnmatch_lines(["*ebs: value (ci95 lo-hi)*", "*metric*fake-ebs*", "*items*4*", "*errors*1*",
-                                 "*ontology_score*0.650 (0.000-1.000)*"])
+    with open(project.path / "reports" / "ebs" / "results_envo_scored.tsv", newline="") as tsv:
+        reader = csv.DictReader(tsv, delimiter="\t")
+        header, rows = reader.fieldnames, list(reader)
+    # the upstream table's leading columns, in its order; one row per answered case (case003's call failed)
+    assert header[:7] == ["model", "case_id", "stratum", "sampleData", "case_ideal", "response_text",
+                          "parse_success"]
+    scores = {row["case_id"]: float(row["ontology_score"]) for row in rows}
+    assert scores == pytest.approx({"case000": 1.0, "case001": 0.95, "case002": 0.0})  # exact, 1 hop, unparsed
+    cells = _summary_cells(result.stdout.str(), "fake-ebs")
+    assert (int(cells["items"]), int(cells["errors"])) == (4, 1)
+    # each headline metric printed as the rows' mean and its interval, within the table's 3 decimals
+    for metric in ("ontology_score", "exact_match", "hierarchy_score", "parse_success", "in_template_enum"):
+        column = [row[metric] for row in rows if row[metric] != ""]  # blank: not defined for the case
+        values = np.array([float(v == "True") if v in ("True", "False") else float(v) for v in column])
+        value, lo, hi = _value_and_interval(cells[metric])
+        assert value == pytest.approx(values.mean(), abs=5e-4), metric
+        assert (lo, hi) == pytest.approx(_bootstrap_ci95(values), abs=5e-4), metric
+    assert _value_and_interval(cells["ontology_score"]) == pytest.approx((1.95 / 3, 0.0, 1.0), abs=5e-4)
 
 
 @pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)

@@ -1,4 +1,8 @@
-"""Runs you can trust after Ctrl-C and SIGTERM: the stored run and the report say ``interrupted`` and agree."""
+"""Runs you can trust after Ctrl-C and SIGTERM: the stored run and the report say ``interrupted`` and agree.
+
+The runs read the time a signal arrives at from the test (``TEST_CLOCK``), never from the wall clock: whether
+a signal is a repeat of the last one (within a second) is the test's choice, however slow the machine.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,55 @@ from fieldeval.store import open_store
 from tests.ebs_project import SLOW_ARGS, make_slow_project
 
 PLANNED = 60
+DEADLINE_S = 120  # generous: only a hang reaches it
+
+TEST_CLOCK = """
+
+import os
+
+from fieldeval.run.signals import Interrupts
+
+_CLOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clock")
+_init = Interrupts.__init__
+
+
+def _test_clock():  # the time the test says it is (the file "clock"; 0 until it writes one)
+    try:
+        with open(_CLOCK) as clock:
+            return float(clock.read())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _init_on_test_clock(self, *args, **kwargs):
+    _init(self, *args, **{**kwargs, "clock": _test_clock})
+
+
+Interrupts.__init__ = _init_on_test_clock
+"""
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    return make_slow_project(pytester, cases=PLANNED)
+    made = make_slow_project(pytester, cases=PLANNED)
+    with open(made.path / "conftest.py", "a") as conftest:
+        conftest.write(TEST_CLOCK)
+    return made
+
+
+def set_clock(project: pytest.Pytester, now: float) -> None:
+    """The time every signal from now on arrives at, as the runs' signal handling reads it."""
+    (project.path / "clock.tmp").write_text(repr(now))
+    os.replace(project.path / "clock.tmp", project.path / "clock")
+
+
+def wait_until(condition, what: str, proc: subprocess.Popen) -> None:
+    """Wait until ``condition()`` holds; the deadline, or the run ending first, fails the test."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
+        time.sleep(0.05)
 
 
 def start(project: pytest.Pytester, run_id: str, *extra: str, **env: str) -> subprocess.Popen:
@@ -60,11 +108,10 @@ def items(report: dict) -> int:
 @pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_signal_mid_run_stores_an_interrupted_run_with_the_items_that_finished(project, sig):
     proc = start(project, "run_0000abcd", "--progress-file", "progress.json")
-    deadline = time.monotonic() + 120
     # some items over at the controller, not only some calls made: the solvers run ahead of the items
-    while finished(project) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    os.kill(proc.pid, sig)  # as `timeout` does: the process, then its whole group
+    wait_until(lambda: finished(project) >= 3, "3 items finished", proc)
+    set_clock(project, 100.0)
+    os.kill(proc.pid, sig)  # as `timeout` does: the process, then its whole group, at the same instant
     os.killpg(proc.pid, sig)
     output, _ = proc.communicate(timeout=120)
     own, published, stored = outcome(project, "run_0000abcd")
@@ -190,20 +237,25 @@ RunStore._save = _held_save
 def test_a_second_sigterm_while_storing_stops_at_once_and_keeps_the_run_for_push(project):
     with open(project.path / "conftest.py", "a") as conftest:
         conftest.write(HOLD_SAVE)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *SLOW_ARGS, "--concurrency", "4",
-                             "--run-id", "run_0000abd0"], cwd=project.path, env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not (project.path / "saving").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert (project.path / "saving").exists(), proc.communicate(timeout=30)
-    while proc.poll() is None and time.monotonic() < deadline:  # a signal now and then, until one is not a repeat
+    out_path, err_path = project.path / "out.txt", project.path / "err.txt"
+    with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", *SLOW_ARGS, "--concurrency", "4",
+                                 "--run-id", "run_0000abd0"], cwd=project.path, env=dict(os.environ),
+                                stdout=out_file, stderr=err_file, text=True, start_new_session=True)
+    try:
+        wait_until(lambda: (project.path / "saving").exists(), "the store write began", proc)
+        set_clock(project, 100.0)
+        os.kill(proc.pid, signal.SIGTERM)  # while saving: deferred
+        wait_until(lambda: "SIGTERM received while saving the run" in err_path.read_text(), "the first SIGTERM "
+                   "was deferred", proc)
+        set_clock(project, 110.0)  # ten seconds on: a second request, not the first one's copy
         os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=1.5)
-        except subprocess.TimeoutExpired:
-            pass
-    out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out, err = out_path.read_text(), err_path.read_text()
     kept = project.path / "reports" / "runs" / "run_0000abd0" / "unstored.json"
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "Traceback" not in out
