@@ -9,11 +9,14 @@ into the model, its options and the epoch (part of the cache key).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True, eq=False, repr=False)
 class Combination(str):
-    """One cell of the matrix: ``str(c)`` is its label; ``model``, ``params`` and ``epoch`` its parts.
+    """One cell of the matrix, frozen: ``str(c)`` is its label (its equality, hash and repr are the label's);
+    ``model``, ``params`` and ``epoch`` its parts.
 
     Example:
         >>> c = Combination("gpt-4o-mini", {"temperature": 0.7}, epoch=2)
@@ -22,14 +25,16 @@ class Combination(str):
     """
 
     model: str
-    params: dict[str, Any]
-    epoch: int | None
+    params: dict[str, Any] = field(default_factory=dict)
+    epoch: int | None = None
 
     def __new__(cls, model: str, params: Mapping[str, Any] | None = None, epoch: int | None = None) -> Combination:
-        params = dict(params or {})
-        self = super().__new__(cls, label(model, params))
-        self.model, self.params, self.epoch = str(model), params, None if epoch is None else int(epoch)
-        return self
+        return super().__new__(cls, label(model, dict(params or {})))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", str(self.model))
+        object.__setattr__(self, "params", dict(self.params or {}))
+        object.__setattr__(self, "epoch", None if self.epoch is None else int(self.epoch))
 
     def __reduce__(self):
         return Combination, (self.model, self.params, self.epoch)

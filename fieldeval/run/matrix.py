@@ -1,13 +1,9 @@
 """The experiment as designed: a model x hyperparameter matrix, and repeated samples (epochs) per item.
 
-A :class:`Combination` is one cell of the matrix: a model and its
-hyperparameters (``temperature`` and any other llm model option), plus the
-epoch of a repeated item. It *is* a string, the combination's label
-(``gpt-4o-mini-t0.7``): every aggregate, table, stored run and comparison that
-keys on ``model`` keys on the combination, and the model client unwraps it into
-the model, its options and the epoch (part of the cache key). Without
-``--matrix``, ``--temperature`` or ``--epochs`` items run on plain model ids, as
-before.
+A cell is a :class:`~fieldeval.calls.cells.Combination`: a model and its
+hyperparameters (``temperature`` and any other llm model option), plus the epoch
+of a repeated item, which *is* its label as a string. Without ``--matrix``,
+``--temperature`` or ``--epochs`` items run on plain model ids.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fieldeval.calls.cells import Combination, label, model_of
+from fieldeval.calls.cells import Combination, label
 from fieldeval.errors import UsageError
 
 #: hyperparameters llm-matrix varies that are not llm model options
