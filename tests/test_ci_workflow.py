@@ -70,19 +70,21 @@ def parse_expression(text: str):
         at += 1
         return token
 
+    def chained(operand, op: str, name: str):
+        """``operand (op operand)*``, left-associative, as ``(name, left, right)``."""
+        def parse():
+            left = operand()
+            while peek() == ("op", op):
+                take()
+                left = (name, left, operand())
+            return left
+        return parse
+
     def disjunction():
-        left = conjunction()
-        while peek() == ("op", "||"):
-            take()
-            left = ("or", left, conjunction())
-        return left
+        return chained(conjunction, "||", "or")()
 
     def conjunction():
-        left = negation()
-        while peek() == ("op", "&&"):
-            take()
-            left = ("and", left, negation())
-        return left
+        return chained(negation, "&&", "and")()
 
     def negation():
         if peek() == ("op", "!"):

@@ -25,14 +25,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from fieldeval.run import memory
-from fieldeval.run.report import exit_status
+from fieldeval.run.report import SAVE_FAILED, exit_status
 
 if TYPE_CHECKING:
     from fieldeval.run.runfiles import RunFiles
     from fieldeval.run.session import EvalSession
     from fieldeval.run.signals import Interrupts
 
-SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
 FREEZE_ABOVE_ITEMS = 1_000  # sessions this large freeze the collected objects (gc.freeze) and what is left at exit
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fieldeval.settings import Gate
 
 Key = tuple[str, str]  # (benchmark, model)
+SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one line, and CI fails
 
 
 def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[str, list[dict]], intake: Intake,
@@ -183,10 +184,10 @@ def exit_status(pytest_status: int, payload: Mapping[str, Any], *, errors_allowe
                 disk_full: bool) -> int:
     """The session's exit status once its report is built: a failed gate fails a passing session; errored items
     that ``--max-errors`` allows do not fail it (``errored_only``: they were its only failures) when every gate
-    passed; a full disk is :data:`~fieldeval.run.finish.SAVE_FAILED` (2) whatever else happened."""
+    passed; a full disk is :data:`SAVE_FAILED` whatever else happened."""
     passed = all(gate["passed"] for gate in payload["gates"])
     if disk_full:
-        return 2
+        return SAVE_FAILED
     if not passed and pytest_status == pytest.ExitCode.OK:
         return pytest.ExitCode.TESTS_FAILED
     if pytest_status == pytest.ExitCode.TESTS_FAILED and errors_allowed and passed and errored_only:
@@ -194,5 +195,5 @@ def exit_status(pytest_status: int, payload: Mapping[str, Any], *, errors_allowe
     return pytest_status
 
 
-__all__ = ["build_payload", "exit_status", "gated_models", "item_counts", "rankings", "recompute_inputs", "run_facts",
-           "run_status", "stored_meta"]
+__all__ = ["SAVE_FAILED", "build_payload", "exit_status", "gated_models", "item_counts", "rankings", "recompute_inputs",
+           "run_facts", "run_status", "stored_meta"]

@@ -68,7 +68,10 @@ class EvalSession:
         self.solving = Solving(client, self.selection)
         self.intake = Intake(session_dir, on_failed=self._count_failure, on_error=self._announce_permanent,
                              on_item=self._item_done, on_chunk=_trim_heap)
-        url = self.store_url()
+        from fieldeval.store.location import default_store_url
+
+        store = options.store or default_store_url(config.rootpath)
+        url = self._url = None if store.lower() == "none" else store  # where the run is stored (store_url)
         self.resumed: ResumedRun | None = None
         if options.resume and url is not None:
             from fieldeval.run.resumed import ResumedRun
@@ -302,10 +305,7 @@ class EvalSession:
     def store_url(self) -> str | None:
         """``--store``, else the one default every command uses (:func:`~fieldeval.store.location.default_store_url`
         from pytest's rootdir); None: no store."""
-        from fieldeval.store.location import default_store_url
-
-        url = self.options.store or default_store_url(self.config.rootpath)
-        return None if url.lower() == "none" else url
+        return self._url
 
     def ran_evals(self) -> bool:
         """Whether this session planned or ran eval items (and so writes a report and stores a run)."""
