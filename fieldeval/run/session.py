@@ -264,8 +264,8 @@ class EvalSession:
             status = self.status if self.status != "running" else run_status(exitstatus, self.progress,
                                                                               self.intake.errors)
             meta = stored_meta(self.payload(), selection=self.selection, options=self.options, status=status,
-                               progress=self.progress, intake=self.intake, completed_at=self.saver.completed_at or _now(),
-                               git_commit=_git_commit(self.config.rootpath))
+                               progress=self.progress, intake=self.intake,
+                               completed_at=self.saver.completed_at or _now(), git_commit=_git_commit(self.config.rootpath))
             rows = {name: self.intake.sorted_rows(name) for name in self.intake.rows()}
         except BaseException:
             self.saver.abandon()
