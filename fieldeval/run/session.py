@@ -265,7 +265,8 @@ class EvalSession:
                                                                               self.intake.errors)
             meta = stored_meta(self.payload(), selection=self.selection, options=self.options, status=status,
                                progress=self.progress, intake=self.intake,
-                               completed_at=self.saver.completed_at or _now(), git_commit=_git_commit(self.config.rootpath))
+                               completed_at=self.saver.completed_at or _now(),
+                               git_commit=_git_commit(self.config.rootpath))
             rows = {name: self.intake.sorted_rows(name) for name in self.intake.rows()}
         except BaseException:
             self.saver.abandon()
