@@ -1,7 +1,7 @@
 """A throwaway EBS project whose fake models misbehave on purpose: slow, flaky, hung, rate-limited, keyless.
 
 Every fake appends one line per attempt to ``attempts.log`` (time, model,
-place) and tracks the calls in flight across processes in ``inflight``
+place, process) and tracks the calls in flight across processes in ``inflight``
 (under a file lock), so tests can check retries, waits and the
 concurrency bound from the outside.
 """
@@ -46,7 +46,7 @@ def _bump(delta):
 def _attempt(model, prompt):
     place = re.search(r"USA: ([A-Za-z]+-[0-9]+)", prompt).group(1)
     with open("attempts.log", "a") as log:
-        log.write(json.dumps({"t": time.time(), "model": model, "place": place}) + "\\n")
+        log.write(json.dumps({"t": time.time(), "model": model, "place": place, "pid": os.getpid()}) + "\\n")
     return place
 
 

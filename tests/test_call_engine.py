@@ -166,8 +166,8 @@ def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, serve
     # Each answer is held until the session's callers are all here or held back at a call slot, every process
     # has one, and every slot holder's request has arrived: so C calls in flight at once are seen whenever the
     # session allows them, and a call over the bound (another process's, say) is here while the others are held.
-    bound, processes, items = int(concurrency), max(1, int(workers)), 12
-    callers = max(bound, processes)  # solver threads: C in all, at least one per process
+    bound, processes, items = int(concurrency), 1, 12
+    callers = bound  # solver threads: C in all, in the session's one solving process
     monkeypatch.setenv("MOCK_OPENAI_SLOTS", f"http://127.0.0.1:{server.server_address[1]}/slots")
     (http_project.path / "conftest.py").write_text(SLOT_REPORTS)
     STATS.reset(0.0, callers=callers, processes=processes, total=items)
@@ -392,6 +392,59 @@ def test_a_live_owner_is_waited_for_and_its_result_used(tmp_path):
     thread, out = _answer_in_thread(waiter, "item")
     thread.join(DEADLINE_S)
     assert out == {"value": "from the owner"}
+
+
+def test_a_scoring_process_waits_for_the_solving_process_and_builds_no_model(tmp_path):
+    board = Board(tmp_path / "board.sqlite")
+    scorer = SolverPool(board, {"item": lambda: pytest.fail("solved by a process that only scores")}, threads=0)
+    solver = SolverPool(board, {"item": lambda: "from the solving process"}, threads=4)
+    scorer.start()  # the scoring worker's items may run before the solving worker has started
+    thread, out = _answer_in_thread(scorer, "item")
+    thread.join(0.3)
+    assert thread.is_alive() and board.counts() == {"planned": 1}  # it waits: nothing solved, nothing claimed
+    solver.start()
+    thread.join(DEADLINE_S)
+    assert out == {"value": "from the solving process"}
+    solver.drain()  # every row solved: the solving process may go
+    assert board.counts() == {"done": 1}
+
+
+@pytest.mark.parametrize("how", ["exited", "silent"])
+def test_a_scoring_process_solves_its_item_once_the_solving_process_is_gone(tmp_path, how):
+    board = Board(tmp_path / "board.sqlite", lease_s=0.5)
+    solving = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    try:
+        board.serve(solving.pid)  # "silent": alive, but no heartbeat renews its lease
+        if how == "exited":
+            solving.kill()
+            solving.wait()
+        runs = []
+        scorer = SolverPool(board, {"item": lambda: runs.append(1) or "solved here"}, threads=0)
+        scorer.start()
+        thread, out = _answer_in_thread(scorer, "item")
+        thread.join(DEADLINE_S)
+        assert out == {"value": "solved here"} and runs == [1]
+    finally:
+        solving.kill()
+        solving.wait()
+
+
+def test_the_solving_process_stays_until_every_row_is_solved_unless_the_session_stops(tmp_path):
+    board = Board(tmp_path / "board.sqlite")
+    release = threading.Event()
+    solver = SolverPool(board, {"a": release.wait, "b": lambda: "b"}, threads=1)
+    solver.start()
+    drained = threading.Thread(target=solver.drain, daemon=True)
+    drained.start()
+    drained.join(0.3)
+    assert drained.is_alive()  # "a" holds its only thread; "b" is still planned for a worker that scores
+    release.set()
+    drained.join(DEADLINE_S)
+    assert not drained.is_alive() and board.counts() == {"done": 2}
+    stopping = SolverPool(Board(tmp_path / "other.sqlite"), {"c": threading.Event().wait}, threads=1)
+    stopping.start()
+    stopping.stop("Ctrl-C")
+    stopping.drain()  # returns at once: a stopping session solves nothing more
 
 
 def test_once_stopped_no_planned_solver_starts(tmp_path):

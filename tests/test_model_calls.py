@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fieldeval.calls.failures import PermanentCallError, TransientCallError, classify, retry_after
-from fieldeval.calls.limits import share
+from fieldeval.calls.limits import CallLimits
 from tests.calls_project import attempts, make_calls_project, max_in_flight, run_calls
 
 
@@ -49,8 +49,9 @@ def test_retry_after_is_read_from_the_response_headers(headers, seconds):
 
 
 @pytest.mark.parametrize(("total", "count"), [(16, 1), (16, 2), (32, 3), (5, 4), (7, 7)])
-def test_worker_shares_of_the_solver_threads_add_up_to_the_bound(total, count):
-    assert sum(share(total, i, count) for i in range(count)) == total
+def test_one_process_runs_all_the_solver_threads(total, count):
+    threads = [CallLimits(concurrency=total, worker=(i, count)).local_concurrency() for i in range(count)]
+    assert threads == [total] + [0] * (count - 1)  # the first worker solves; the others only score
 
 
 @pytest.fixture
@@ -125,6 +126,14 @@ def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
     result.stdout.fnmatch_lines(["fieldeval progress: ebs fake-slow: */30 items, 0 error(s), * items/s*"])
     quiet, _ = run_calls(project, "fake-slow", "--concurrency", "2", "-q")
     assert "fieldeval progress" not in quiet.stdout.str()
+
+
+def test_with_workers_one_process_makes_every_call(project):
+    # the others only score: no model, baseline or provider library is loaded in them
+    result, _ = run_calls(project, "fake-slow", "-n", "2")
+    result.assert_outcomes(passed=30)
+    seen = attempts(project)
+    assert len(seen) == 30 and len({attempt["pid"] for attempt in seen}) == 1
 
 
 def test_the_rpm_budget_is_shared_by_the_processes_of_a_session(tmp_path):

@@ -40,11 +40,6 @@ class ModelLimits:
     rpm: int | None = None
 
 
-def share(total: int, index: int, count: int) -> int:
-    """Worker ``index`` of ``count``'s part of ``total`` solver threads (the parts add up to ``total``; each >= 1)."""
-    return max(1, total // count + (1 if index < total % count else 0))
-
-
 class SlotWaitTimeout(TransientCallError):
     """No slot came free before the wait's deadline (no request was sent)."""
 
@@ -166,8 +161,9 @@ class CallLimits:
         return own.concurrency if own and own.concurrency else self.concurrency
 
     def local_concurrency(self) -> int:
-        """Solver threads this process runs: its share of the session bound."""
-        return share(self.concurrency, *self.worker)
+        """Solver threads this process runs: the whole session bound in the solving process (the only one, or
+        xdist's first worker), none in a worker that only scores (:mod:`fieldeval.calls.pool`)."""
+        return self.concurrency if self.worker[0] == 0 else 0
 
     def rpm_for(self, model: str) -> int | None:
         """The model's requests-per-minute cap, if any."""

@@ -12,13 +12,18 @@ The :class:`Board` is a SQLite file in the session folder that every process
 of the session shares: one row per item (its pytest node id) that is
 ``planned``, ``running`` (with its owner's pid and a lease deadline),
 ``done`` (the pickled result) or ``failed`` (the model call error); the
-models that failed permanently; and the stop flag. Each process runs a
-:class:`SolverPool` of daemon threads that claim the next planned row,
-whoever's item it is; the calls themselves are bounded session-wide by the
-slots of :mod:`fieldeval.calls.limits`. An item whose row is not done waits for it
-only while its owner is alive and its lease is fresh (a heartbeat renews it);
-a planned row it claims and solves itself, and a row whose owner died or
-went silent it takes over. So a dead worker never blocks another, and every
+models that failed permanently; the stop flag; and the session's solving
+process. One process solves: with pytest-xdist the first worker (``gw0``),
+else the only one. Its :class:`SolverPool` runs the session's daemon threads,
+which claim the next planned row, whoever's item it is; the calls themselves
+are bounded session-wide by the slots of :mod:`fieldeval.calls.limits`. The
+other workers only score: they never build a client's model or a baseline, so
+the trained baselines, llm and its providers live in one process. An item
+whose row is not done waits for it only while its owner (for a planned row:
+the solving process) is alive and its lease is fresh (a heartbeat renews it);
+otherwise it claims the row and solves it itself, and a row whose owner died
+or went silent it takes over. The solving process stays until every row is
+solved, so the workers that are still scoring are served. So a dead worker never blocks another, and every
 wait ends by a deadline. Once the stop flag is set (``-x``, ``--maxfail``,
 Ctrl-C), no planned row starts. A solver whose item will fail (its model call
 errored, or it crashed) counts on the board as it finishes, and the count that
@@ -104,6 +109,8 @@ class Board:
         db.execute("CREATE TABLE IF NOT EXISTS dead (model TEXT PRIMARY KEY, message TEXT NOT NULL)")
         db.execute("CREATE TABLE IF NOT EXISTS stop (id INTEGER PRIMARY KEY CHECK (id = 0), reason TEXT NOT NULL)")
         db.execute("CREATE TABLE IF NOT EXISTS failures (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS solver (id INTEGER PRIMARY KEY CHECK (id = 0), pid INTEGER NOT NULL, "
+                   "lease REAL NOT NULL)")
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -153,9 +160,23 @@ class Board:
         return self._db().execute("SELECT state, owner, lease, payload FROM runs WHERE key = ?", (key,)).fetchone()
 
     def renew(self, owner: int) -> None:
-        """Push back the lease of every row ``owner`` is running (its heartbeat)."""
-        self._db().execute("UPDATE runs SET lease = ? WHERE owner = ? AND state = 'running'",
-                           (time.time() + self.lease_s, owner))
+        """Push back the lease of every row ``owner`` is running, and of its solving (its heartbeat)."""
+        lease = time.time() + self.lease_s
+        self._db().execute("UPDATE runs SET lease = ? WHERE owner = ? AND state = 'running'", (lease, owner))
+        self._db().execute("UPDATE solver SET lease = ? WHERE pid = ?", (lease, owner))
+
+    def serve(self, pid: int) -> None:
+        """Record ``pid`` as the session's solving process (its heartbeat keeps the lease)."""
+        self._db().execute("INSERT OR REPLACE INTO solver (id, pid, lease) VALUES (0, ?, ?)",
+                           (pid, time.time() + self.lease_s))
+
+    def solver(self) -> tuple[int, float] | None:
+        """(pid, lease deadline) of the session's solving process, or None before one started."""
+        return self._db().execute("SELECT pid, lease FROM solver").fetchone()
+
+    def unsolved(self) -> int:
+        """How many rows are planned or running."""
+        return self._db().execute("SELECT COUNT(*) FROM runs WHERE state IN ('planned', 'running')").fetchone()[0]
 
     def stop(self, reason: str) -> None:
         """No planned row starts from now on, in any process."""
@@ -243,7 +264,8 @@ class SolverPool:
     Args:
         board: the session's board.
         jobs: item key (node id) -> the solver call for that item.
-        threads: how many solvers this process runs at once (its share of ``--concurrency``).
+        threads: how many solvers this process runs at once: ``--concurrency`` in the solving process, 0 in a
+            process that only scores (it solves a row only when the solving process is gone).
         maxfail: pytest's ``--maxfail`` (1 for ``-x``, 0 for none): this many failing solvers stop the session.
     """
 
@@ -257,14 +279,18 @@ class SolverPool:
         self._waiting: set[str] = set()
         self._cond = threading.Condition()
         self._running: set[str] = set()
-        count = max(1, min(threads, len(jobs))) if jobs else 0
+        count = max(1, min(threads, len(jobs))) if jobs and threads > 0 else 0
+        self.solving = count > 0
+        self._since: float | None = None  # when this scoring process first found no solving process
         self._threads = [threading.Thread(target=self._work, daemon=True, name=f"fieldeval-solver-{i}")
                          for i in range(count)]
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="fieldeval-heartbeat")
 
     def start(self) -> None:
-        """Plan this process's items on the board and start the threads."""
+        """Plan this process's items on the board and start the threads (in the solving process: serve)."""
         self.board.plan(self.jobs)
+        if self.solving:
+            self.board.serve(self.pid)
         for thread in self._threads:
             thread.start()
         self._beat.start()
@@ -332,6 +358,34 @@ class SolverPool:
             self._cond.notify_all()
         return state, payload
 
+    def drain(self) -> None:
+        """In the solving process: wait until every row is solved (the workers still scoring wait on them), unless
+        the session is stopping; the lease and the owners' checks bound every other process's wait."""
+        if not self.solving:
+            return
+        pause = POLL_MIN_S
+        try:
+            while not self._stop.is_set() and self.board.stopped() is None and self.board.unsolved():
+                if not any(thread.is_alive() for thread in self._threads):
+                    return  # the threads ran out of planned rows; running ones are other processes' now
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
+        except sqlite3.Error:  # the session folder is already gone
+            return
+
+    def _served(self) -> bool:
+        """Whether a planned row is the solving process's to solve (this process only scores, and the solving
+        process is alive and heartbeating, or has had a lease's time to start)."""
+        if self.solving:
+            return False
+        solver = self.board.solver()
+        if solver is None:
+            if self._since is None:
+                self._since = time.monotonic()
+            return time.monotonic() - self._since < self.board.lease_s
+        pid, lease = solver
+        return alive(pid) and lease >= time.time()
+
     def held(self) -> int:
         """How many outcomes this process holds in memory."""
         with self._cond:
@@ -374,6 +428,10 @@ class SolverPool:
             if state in ("done", "failed"):
                 return _result(state, payload)
             if state == "planned":
+                if self._served():  # the solving process will take it: no model is built in this process
+                    time.sleep(pause)
+                    pause = min(pause * 2, POLL_MAX_S)
+                    continue
                 if job is not None and self._claim(key):
                     return _result(*self._run(key, job))
                 reason = self.board.stopped()

@@ -94,7 +94,9 @@ def _only_evals(session: pytest.Session, state: EvalSession) -> bool:
 
 
 def end_worker(session: pytest.Session, state: EvalSession) -> None:
-    """An xdist worker prints its own (empty) terminal summary too: without Hypothesis's plugin where idle."""
+    """An xdist worker's end: the solving worker serves the others until every row is solved; each prints its own
+    (empty) terminal summary too, without Hypothesis's plugin where idle."""
+    state.solving.drain()
     memory.drop_idle_hypothesis_plugin(session.config, only_evals=_only_evals(session, state))
 
 

@@ -118,6 +118,11 @@ class Solving:
                                     f"@pytest.mark.{MARKER}(benchmark=..., solver=...)")
         return self.pool.answer(item.nodeid, model)
 
+    def drain(self) -> None:
+        """In the solving process: stay until every planned row is solved, for the workers still scoring."""
+        if self.pool is not None:
+            self.pool.drain()
+
     def stop(self, reason: str | None = None) -> None:
         """No new model call starts, in any process of the session; calls in flight end on their own timeout."""
         if reason is not None:
