@@ -172,6 +172,7 @@ def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, serve
     (http_project.path / "conftest.py").write_text(SLOT_REPORTS)
     STATS.reset(0.0, callers=callers, processes=processes, total=items)
     result, report = _run(http_project, "mock-ok", items, "--concurrency", concurrency, "-n", workers,
+                          "--workers-as-given",
                           "--cache", "off")
     result.assert_outcomes(passed=items)
     seen = STATS.as_dict()
@@ -245,7 +246,7 @@ def test_maxfail_1_stops_spending_when_the_solver_sees_the_failure(http_project,
     STATS.reset(0.0)
     (http_project.path / "conftest.py").write_text(HOLD_FIRST_ITEM)
     result, _ = _run(http_project, "mock-500", items, "--retries", "0", "--concurrency", str(concurrency),
-                     "--maxfail", "1", "-n", workers, "--cache", "off")
+                     "--maxfail", "1", "-n", workers, "--workers-as-given", "--cache", "off")
     assert result.parseoutcomes().get("failed", 0) >= 1
     settled = _settled(http_project)
     assert settled and not any(seen["timed_out"] for seen in settled), settled
@@ -616,7 +617,8 @@ def pytest_runtest_setup(item):
         os.kill(os.getpid(), signal.SIGKILL)
 """)
     STATS.reset(0.2)
-    result, report = _run(http_project, "mock-ok", 16, "-n", "2", "--concurrency", "4", "--cache", "off")
+    result, report = _run(http_project, "mock-ok", 16, "-n", "2", "--workers-as-given", "--concurrency", "4",
+                          "--cache", "off")
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 15 and outcomes.get("failed") == 1  # the crashed item alone
     assert (http_project.path / "killed").is_file()

@@ -93,7 +93,7 @@ def test_scored_table_and_summary_are_written(project):
 @pytest.mark.slow  # end to end, in subprocesses: once in CI (-m slow)
 def test_same_numbers_with_and_without_xdist(project):
     _, serial = run(project, "-n", "0", "--cache", "off")
-    _, parallel = run(project, "-n", "2", "--cache", "off")
+    _, parallel = run(project, "-n", "2", "--workers-as-given", "--cache", "off")
     for report in (serial, parallel):  # wall-clock time is the one figure that may differ
         report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["totals"].pop("response_time_s")
     assert serial["evals"]["benchmarks"] == parallel["evals"]["benchmarks"]

@@ -72,7 +72,7 @@ def wait_until(condition, what: str, proc: subprocess.Popen) -> None:
 
 
 def start(project: pytest.Pytester, run_id: str, *extra: str, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pytest", *SLOW_ARGS, "-n", "2", "--concurrency", "1",
+    return subprocess.Popen([sys.executable, "-m", "pytest", *SLOW_ARGS, "-n", "2", "--workers-as-given", "--concurrency", "1",
                              "--run-id", run_id, *extra], cwd=project.path, env={**os.environ, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -62,7 +62,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_the_concurrency_bound_is_never_exceeded(project, monkeypatch, workers):
     monkeypatch.setenv("FAKE_DELAY", "0.2")
-    result, report = run_calls(project, "fake-slow", "--concurrency", "4", "-n", workers)
+    result, report = run_calls(project, "fake-slow", "--concurrency", "4", "-n", workers, "--workers-as-given")
     result.assert_outcomes(passed=30)
     assert 2 <= max_in_flight(project) <= 4  # calls do overlap, and never more than the bound
     assert report["evals"]["benchmarks"]["ebs"]["fake-slow"]["items"] == 30
@@ -100,7 +100,7 @@ def test_a_429_with_retry_after_waits_that_long(pytester):
 
 def test_a_missing_key_ends_the_model_at_once_with_the_fix(pytester):
     project = make_calls_project(pytester, cases=100)
-    result, report = run_calls(project, "fake-nokey", "-n", "2")
+    result, report = run_calls(project, "fake-nokey", "-n", "2", "--workers-as-given")
     outcomes = result.parseoutcomes()  # the items after the permanent failure are skipped (one line, not a block)
     assert outcomes.get("failed", 0) + outcomes.get("skipped", 0) == 100 and outcomes.get("failed", 0) <= 2 * 16
     assert len(attempts(project)) <= 2 * 16  # never retried; at most the calls already in flight
@@ -130,7 +130,7 @@ def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
 
 def test_with_workers_one_process_makes_every_call(project):
     # the others only score: no model, baseline or provider library is loaded in them
-    result, _ = run_calls(project, "fake-slow", "-n", "2")
+    result, _ = run_calls(project, "fake-slow", "-n", "2", "--workers-as-given")
     result.assert_outcomes(passed=30)
     seen = attempts(project)
     assert len(seen) == 30 and len({attempt["pid"] for attempt in seen}) == 1
@@ -146,3 +146,35 @@ def test_the_rpm_budget_is_shared_by_the_processes_of_a_session(tmp_path):
     assert second.rate_limiter("m").try_acquire("call", timeout=5)
     assert not first.rate_limiter("m").try_acquire("call", timeout=0.5)  # the minute's two calls are spent
     assert second.rate_limiter("other").try_acquire("call", timeout=5)  # each model has its own budget
+
+
+@pytest.mark.parametrize(("asked", "items", "cpus", "workers"), [
+    (8, 540, 2, 0),  # the design card's -n 8 on the offline baselines: one process
+    (2, 540, 8, 0),
+    (8, 3_999, 8, 0),  # one worker's worth: none below two
+    (8, 4_000, 8, 2),
+    (8, 100_000, 2, 2),  # never more than the CPUs
+    (8, 100_000, 16, 8),  # never more than asked
+    (3, 50_000, 16, 3),
+])
+def test_an_eval_session_starts_the_workers_its_items_can_use(asked, items, cpus, workers):
+    from fieldeval.run.workers import sized
+
+    assert sized(asked, items, cpus) == workers
+
+
+def test_a_small_eval_session_runs_in_this_process_unless_the_workers_are_asked_for_as_given(project):
+    sized_run, report = run_calls(project, "fake-slow", "-n", "2")
+    sized_run.assert_outcomes(passed=30)
+    assert "fieldeval: -n 2 runs in this process: 30 eval items" in sized_run.stderr.str()
+    assert "created: 2/2 workers" not in sized_run.stdout.str() and report["exitcode"] == 0
+    given, _ = run_calls(project, "fake-slow", "-n", "2", "--workers-as-given")
+    given.assert_outcomes(passed=30)
+    assert "created: 2/2 workers" in given.stdout.str() and "fieldeval: -n" not in given.stderr.str()
+
+
+def test_a_command_with_other_tests_keeps_its_workers(project):
+    (project.path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    result, _ = run_calls(project, "fake-slow", "test_plain.py", "-n", "2")
+    result.assert_outcomes(passed=31)
+    assert "created: 2/2 workers" in result.stdout.str() and "fieldeval: -n" not in result.stderr.str()

@@ -50,7 +50,7 @@ def test_help_still_lists_the_choices(project):
     assert "--cache={use,refresh,off,replay}" in out and "--re-mode={direct,summarize}" in out
 
 
-@pytest.mark.parametrize("workers", [(), ("-n", "2")])
+@pytest.mark.parametrize("workers", [(), ("-n", "2", "--workers-as-given")])
 def test_a_missing_eval_file_is_one_line_and_exit_2(project, workers):
     # under xdist the workers collected nothing and the session ended silently with exit 5
     result = project.runpytest_subprocess("evals/test_ebz.py", *ARGS[1:], *workers)

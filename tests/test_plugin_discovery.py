@@ -23,7 +23,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return make_project(pytester)
 
 
-@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("workers", [(), ("-n", "2", "--workers-as-given")], ids=["one-process", "xdist"])
 def test_an_eval_module_of_any_name_gets_its_report_rows_and_gates(project, workers):
     evals = project.path / "evals"
     shutil.move(evals / "test_ebs.py", evals / "test_biome_v2.py")
@@ -130,7 +130,7 @@ def pytest_unconfigure(config):
 '''
 
 
-@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
+@pytest.mark.parametrize("workers", [(), ("-n", "2", "--workers-as-given")], ids=["one-process", "xdist"])
 def test_a_session_of_eval_items_only_never_imports_hypothesis(project, workers):
     # Hypothesis's pytest plugin imports the whole library in its terminal summary (about 1.5 s of CPU per
     # process, every xdist worker included) to report on no property test
@@ -160,7 +160,7 @@ def test_the_installed_evals_by_pyargs_under_xdist_plan_their_progress(tmp_path)
     # module by its file alone, and the controller must still know which benchmark each collected item is
     progress = tmp_path / "progress.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "fieldeval.bundled.evals", "--rootdir", ".",
-                           "-n", "2", "--store", "none", "-q", "-p", "no:cacheprovider", "-k", "ibf_0001 or ibf_0002",
+                           "-n", "2", "--workers-as-given", "--store", "none", "-q", "-p", "no:cacheprovider", "-k", "ibf_0001 or ibf_0002",
                            "--progress-file", str(progress)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -209,7 +209,7 @@ def test_a_shard_counts_the_items_it_deselected_without_holding_them(project, tm
     result.stdout.fnmatch_lines(["*deselected items alive: 0 of 50*"])
     summary = next(line for line in reversed(result.outlines) if "deselected" in line and " in " in line)
     assert "1100 passed, 3300 deselected" in summary
-    result, _ = run(project, "--cache", "off", "--ebs-suite", str(suite), "-n", "2")
+    result, _ = run(project, "--cache", "off", "--ebs-suite", str(suite), "-n", "2", "--workers-as-given")
     result.stdout.fnmatch_lines(["*4400 passed*"])
     output = result.stdout.str() + result.stderr.str()
     assert "syrupy:" not in output and "snapshot detection" not in output  # no worker's report went missing
@@ -254,7 +254,7 @@ def test_a_large_eval_session_lets_go_of_each_item_once_it_ran(project, tmp_path
     assert report["evals_rows"]["rows"] == 1200
     score = report["evals"]["benchmarks"]["ebs"]["fake-ebs"]["ontology_score"]
     assert score["n"] == 1200 and score["value"] == pytest.approx((1.0 + 0.95 + 0.0) / 3)  # Iowa, Oregon, Maine
-    result, report = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "item_probe", "-n", "2")
+    result, report = run(project, "--cache", "off", "--ebs-suite", str(suite), "-p", "item_probe", "-n", "2", "--workers-as-given")
     result.stdout.fnmatch_lines(["*1200 passed*"])
     alive = _alive(project)
     assert set(alive) == {"gw0", "gw1"} and all(found[1] == 1200 for found in alive.values())

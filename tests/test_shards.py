@@ -30,7 +30,7 @@ def _env() -> dict[str, str]:
 
 
 def _pytest(cwd, url: str, *extra: str) -> subprocess.Popen:
-    args = [sys.executable, "-m", "pytest", *ARGS, "-n", "2", "--cache", "off", "--store", url, "-q", *extra]
+    args = [sys.executable, "-m", "pytest", *ARGS, "-n", "2", "--workers-as-given", "--cache", "off", "--store", url, "-q", *extra]
     return subprocess.Popen(args, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -48,6 +48,16 @@ def eval_modules(config: pytest.Config, paths: list[Path]) -> dict[Path, tuple[s
                           norecursedirs=config.getini("norecursedirs"))
 
 
+def only_eval_modules(config: pytest.Config) -> bool:
+    """Whether every module the command line names or holds in a folder is an eval module."""
+    from fieldeval.run.discover import test_modules
+
+    paths = _command_paths(config)
+    modules = test_modules(paths, python_files=config.getini("python_files"),
+                           norecursedirs=config.getini("norecursedirs"))
+    return bool(modules) and set(modules) <= set(eval_modules(config, paths))
+
+
 def _command_paths(config: pytest.Config) -> list[Path]:
     args = [a.split("::")[0] for a in config.args if not a.startswith("-")] or config.getini("testpaths") or ["."]
     return [path for path in (_arg_path(config, arg) for arg in args) if path is not None]
@@ -97,4 +107,4 @@ def _arg_path(config: pytest.Config, arg: str) -> Path | None:
     return Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
 
 
-__all__ = ["check_paths", "eval_files", "eval_modules", "selected_benchmarks", "split_problem"]
+__all__ = ["check_paths", "eval_files", "eval_modules", "only_eval_modules", "selected_benchmarks", "split_problem"]

@@ -40,6 +40,11 @@ def marked_modules(paths: Iterable[Path], *, python_files: Sequence[str],
     return found
 
 
+def test_modules(paths: Iterable[Path], *, python_files: Sequence[str], norecursedirs: Sequence[str]) -> list[Path]:
+    """Every module pytest would collect under ``paths`` (a named file whatever its name), marked or not."""
+    return [module for path in paths for module in _modules(path, python_files, norecursedirs)]
+
+
 def benchmarks_marked(module: Path) -> tuple[str, ...]:
     """The benchmarks the ``fieldeval`` markers of one module's source name, in order (none: not an eval module)."""
     try:

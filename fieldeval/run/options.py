@@ -17,7 +17,7 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks, option
 from fieldeval.defaults import (CACHE_MODES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONCURRENCY, DEFAULT_MAX_ANSWER_BYTES,
-                                DEFAULT_REPORT, DEFAULT_RESAMPLES, DEFAULT_RETRIES, DEFAULT_SEED)
+                                DEFAULT_REPORT, DEFAULT_RESAMPLES, DEFAULT_RETRIES, DEFAULT_SEED, ITEMS_PER_WORKER)
 from fieldeval.errors import UsageError
 RUN_ID = re.compile(r"run_[A-Za-z0-9_-]{1,64}")
 
@@ -45,6 +45,10 @@ class EngineOptions:
     concurrency: int = field(default=DEFAULT_CONCURRENCY, metadata=option(
         "--concurrency", metavar="C",
         help=f"model calls in flight for the whole session, shared by xdist workers (default: {DEFAULT_CONCURRENCY})"))
+    workers_as_given: bool = field(default=False, metadata=option(
+        "--workers-as-given",
+        help="start pytest-xdist's -n workers as given (default: an eval session starts as many as its items can "
+             f"use: one per CPU and per {ITEMS_PER_WORKER:,} items at most, none below two)"))
     call_timeout: float = field(default=DEFAULT_CALL_TIMEOUT_S, metadata=option(
         "--call-timeout", metavar="S",
         help=f"seconds before a model call counts as a transient failure (default: {DEFAULT_CALL_TIMEOUT_S:g})"))

@@ -3,6 +3,7 @@ run or from the controller, its checks, and its files (the engine is imported he
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,12 @@ def prepare_run(config: pytest.Config, started: Started) -> None:
         if hasattr(config.option, "json_report"):  # pytest-json-report builds the report; the run's files write it
             config.option.json_report = True
             config.option.json_report_file = ""
+        if not engine.workers_as_given:  # before xdist starts any worker (its configure comes last)
+            from fieldeval.run.workers import size_workers
+
+            line = size_workers(config, state.selection.expected_items())
+            if line is not None:
+                sys.stderr.write(line + "\n")
 
 
 def new_session(config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
