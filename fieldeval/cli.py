@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_audit_cli(sub)
     register_service_cli(sub)
+    from fieldeval.calls.batches.cli import register_cli as register_batches_cli
+
+    register_batches_cli(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ DEFAULT_RETRIES = 4
 DEFAULT_CALL_TIMEOUT_S = 120.0
 DEFAULT_MAX_ANSWER_BYTES = 1_048_576
 DEFAULT_CONCURRENCY = 16
+DEFAULT_BATCH_MAX_WAIT_S = 86_400.0  # a day: both batch APIs promise results within 24 hours
 ITEMS_PER_WORKER = 2000  # an xdist worker's start (~1 CPU-s) pays back over this many items (fieldeval.run.workers)
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 20261130

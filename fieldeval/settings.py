@@ -12,7 +12,9 @@ from fieldeval.errors import UsageError
 from fieldeval.inputs import read_yaml
 from fieldeval.calls.limits import ModelLimits
 
-# USD per million tokens; extend or override under [tool.fieldeval.prices] or with --prices FILE.
+# USD per million tokens; extend or override under [tool.fieldeval.prices] or with --prices FILE. A batch call
+# (--batch) costs batch_input_per_mtok / batch_output_per_mtok where given, else half the live price.
+PRICE_KEYS = frozenset({"input_per_mtok", "output_per_mtok", "batch_input_per_mtok", "batch_output_per_mtok"})
 DEFAULT_PRICES: dict[str, dict[str, float]] = {
     "gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.60},
     "gpt-4o": {"input_per_mtok": 2.50, "output_per_mtok": 10.00},
@@ -37,11 +39,12 @@ def tool_settings(rootpath: Path) -> dict:
 def _check_prices(table: dict, origin: str) -> dict[str, dict[str, float]]:
     out = {}
     for model, price in table.items():
-        if not isinstance(price, dict) or not set(price) <= {"input_per_mtok", "output_per_mtok"} or not all(
+        if not isinstance(price, dict) or not set(price) <= PRICE_KEYS or not all(
             isinstance(v, (int, float)) and v >= 0 for v in price.values()
         ):
             raise UsageError(f"{origin}: price of {model!r} is {price!r}; give "
-                             "{input_per_mtok = USD, output_per_mtok = USD} with non-negative numbers")
+                             "{input_per_mtok = USD, output_per_mtok = USD} with non-negative numbers (and "
+                             "batch_input_per_mtok, batch_output_per_mtok for --batch, if not half)")
         out[model] = {k: float(v) for k, v in price.items()}
     return out
 

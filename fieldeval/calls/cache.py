@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS responses (
     response_time_s REAL,
     prompt_tokens INTEGER,
     completion_tokens INTEGER,
-    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    batch INTEGER
 )
 """
 
@@ -55,6 +56,7 @@ class CachedResponse:
     response_time_s: float | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    batch: bool = False  # answered by a provider batch (priced at the batch rate)
 
 
 def _text_to_db(text: str) -> str | bytes:
@@ -152,6 +154,8 @@ class ResponseCache:
         if verdict != ["ok"]:
             raise sqlite3.DatabaseError("; ".join(str(v) for v in verdict[:3]))
         db.execute(_SCHEMA)
+        if "batch" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:  # a cache from before --batch
+            db.execute("ALTER TABLE responses ADD COLUMN batch INTEGER")
         db.execute("SELECT key FROM responses LIMIT 1").fetchall()
 
     def _drop(self) -> None:
@@ -188,17 +192,17 @@ class ResponseCache:
         with self._lock:
             pending = self._pending.get(key)
             if pending is not None:
-                return CachedResponse(_text_from_db(pending[2]), *pending[3:])
+                return CachedResponse(_text_from_db(pending[2]), *pending[3:6], bool(pending[6]))
             if self.broken is not None:
                 return None
             try:
                 row = self._connection().execute(
-                    "SELECT text, response_time_s, prompt_tokens, completion_tokens FROM responses WHERE key = ?",
+                    "SELECT text, response_time_s, prompt_tokens, completion_tokens, batch FROM responses WHERE key = ?",
                     (key,)).fetchone()
             except sqlite3.DatabaseError as error:
                 self._break(error)
                 return None
-        return CachedResponse(_text_from_db(row[0]), *row[1:]) if row else None
+        return CachedResponse(_text_from_db(row[0]), *row[1:4], bool(row[4])) if row else None
 
     def _break(self, error: sqlite3.DatabaseError) -> None:
         """The file was damaged under the session: stop reading and writing it (a full disk is raised instead)."""
@@ -213,7 +217,7 @@ class ResponseCache:
         """Store (or replace) the response for a key; committed with its group."""
         with self._lock:
             self._pending[key] = (key, model, _text_to_db(response.text), response.response_time_s,
-                                  response.prompt_tokens, response.completion_tokens)
+                                  response.prompt_tokens, response.completion_tokens, int(response.batch) or None)
             if len(self._pending) >= self.FLUSH_ROWS or time.monotonic() - self._last_flush >= self.FLUSH_S:
                 self.flush()
             elif self._timer is None or not self._timer.is_alive() or self._timer_pid != os.getpid():
@@ -245,7 +249,7 @@ class ResponseCache:
                 try:
                     db.executemany(
                         "INSERT OR REPLACE INTO responses (key, model, text, response_time_s, prompt_tokens, "
-                        "completion_tokens) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                        "completion_tokens, batch) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                     db.execute("COMMIT")
                     self._last_key = rows[-1][0]
                 except BaseException:

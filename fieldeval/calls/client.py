@@ -46,6 +46,7 @@ BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 BACKOFF_JITTER_S = 0.5
 RETRY_AFTER_CAP_S = 60.0
+BATCH_DISCOUNT = 0.5  # a batch call's price off the live one, where the price table names no batch rate
 
 
 def _wait_for(retry_state: RetryCallState) -> float:
@@ -81,6 +82,7 @@ class ModelClient:
     limits: CallLimits = field(default_factory=CallLimits)
     board: Any = None
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    batch_answers: Any = None  # --batch: the rounds' answers (fieldeval.calls.batches.rounds.BatchAnswers)
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _endpoints: dict[tuple, Endpoint] = field(default_factory=dict, init=False, repr=False)
@@ -146,12 +148,17 @@ class ModelClient:
         """
         request = self.request(model_id, prompt, system=system, temperature=temperature, max_tokens=max_tokens,
                                schema=schema)
+        if self.batch_answers is not None:  # answered by this session's batches (or failed there, or still pending)
+            answered = self.batch_answers.answer(request.key, request.model_id)
+            if answered is not None:
+                return self._completion(request, answered.text, 0.0, answered.prompt_tokens,
+                                        answered.completion_tokens, batch=True)
         cache = self.cache if self.cache_mode != "off" else None
         if cache is not None and self.cache_mode in ("use", "replay"):
             hit = cache.get(request.key)
             if hit is not None:
                 return self._completion(request, hit.text, hit.response_time_s or 0.0, hit.prompt_tokens,
-                                        hit.completion_tokens, cached=True)
+                                        hit.completion_tokens, cached=True, batch=hit.batch)
             if self.cache_mode == "replay":
                 raise ModelCallError(request.model_id, "no cached response for this prompt (--cache replay); "
                                      "record it first with --cache use", kind="replay")
@@ -169,6 +176,10 @@ class ModelClient:
     def stop(self, reason: str) -> None:
         """Start no new request from this client (requests in flight end on their own timeout)."""
         self._stopped = self._stopped or reason
+
+    def stopped(self) -> str | None:
+        """Why this client starts no new request, or None."""
+        return self._stopped
 
     def _call_with_retries(self, request: Request) -> Completion:
         sent = 0
@@ -291,18 +302,26 @@ class ModelClient:
             done()
 
     def _completion(self, request: Request, text: str, seconds: float, prompt_tokens: int | None,
-                    completion_tokens: int | None, *, cached: bool = False) -> Completion:
-        return Completion(request.model_id, text, seconds, prompt_tokens, completion_tokens, cached,
-                          self.estimate_cost(_configured(request, self.prices), prompt_tokens, completion_tokens),
+                    completion_tokens: int | None, *, cached: bool = False, batch: bool = False) -> Completion:
+        cost = self.estimate_cost(_configured(request, self.prices), prompt_tokens, completion_tokens, batch=batch)
+        return Completion(request.model_id, text, seconds, prompt_tokens, completion_tokens, cached, cost,
                           system=request.system, prompt=request.prompt)
 
-    def estimate_cost(self, model_id: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-        """USD cost from the price table; None when the model is not priced or tokens are unknown."""
+    def estimate_cost(self, model_id: str, prompt_tokens: int | None, completion_tokens: int | None, *,
+                      batch: bool = False) -> float | None:
+        """USD cost from the price table; None when the model is not priced or tokens are unknown.
+
+        ``batch``: the price of a batch call, ``batch_input_per_mtok`` / ``batch_output_per_mtok`` when the table
+        has them, else the live price less :data:`BATCH_DISCOUNT` (OpenAI's and Anthropic's batch APIs: half).
+        """
         price = self.prices.get(model_id)
         if price is None or prompt_tokens is None or completion_tokens is None:
             return None
-        return round((prompt_tokens * price.get("input_per_mtok", 0.0)
-                      + completion_tokens * price.get("output_per_mtok", 0.0)) / 1e6, 8)
+        rate_in, rate_out = price.get("input_per_mtok", 0.0), price.get("output_per_mtok", 0.0)
+        if batch:
+            rate_in = price.get("batch_input_per_mtok", rate_in * (1 - BATCH_DISCOUNT))
+            rate_out = price.get("batch_output_per_mtok", rate_out * (1 - BATCH_DISCOUNT))
+        return round((prompt_tokens * rate_in + completion_tokens * rate_out) / 1e6, 8)
 
     def with_board(self, board: Any) -> ModelClient:
         """The same client sharing stop flag and dead models through ``board``."""

@@ -38,14 +38,16 @@ def api_base(endpoint: str) -> str:
 
 
 def registered_endpoints(url: str | None = None) -> list[Endpoint]:
-    """``(name, endpoint, model_id, key_env)`` of every registered model, oldest first (:func:`fieldeval.store.read_endpoints`)."""
+    """``(name, endpoint, model_id, key_env, batch)`` of every registered model, oldest first
+    (:func:`fieldeval.store.read_endpoints`)."""
     return read_endpoints(url)
 
 
-def endpoint_models(name: str, endpoint: str, key_env: str | None = None) -> tuple[Any, Any]:
+def endpoint_models(name: str, endpoint: str, key_env: str | None = None, batch: bool = False) -> tuple[Any, Any]:
     """An llm OpenAI chat model and its async twin for a model served at an OpenAI-compatible endpoint.
 
     ``key_env`` names the environment variable (or ``llm keys`` alias) holding its API key; None: no key.
+    ``batch``: the endpoint offers OpenAI's Batch API (``--batch`` sessions send it batches).
     """
     from llm.default_plugins.openai_models import AsyncChat, Chat
 
@@ -55,6 +57,7 @@ def endpoint_models(name: str, endpoint: str, key_env: str | None = None) -> tup
         # no key_env: local servers take no key (llm then sends a dummy one)
         model.needs_key = model.key_env_var = key_env
         model.fieldeval_endpoint = True  # tells a registered endpoint from an installed llm model
+        model.fieldeval_batch = bool(batch)
         models.append(model)
     return models[0], models[1]
 
@@ -76,9 +79,9 @@ def register_endpoints(register: Callable[..., None], url: str | None = None) ->
         ...     register_endpoints(register)
     """
     endpoints = registered_endpoints(url)
-    latest = {name: model_id for name, _, model_id, _ in endpoints}
-    for name, endpoint, model_id, key_env in endpoints:
-        chat, async_chat = endpoint_models(name, endpoint, key_env)
+    latest = {name: model_id for name, _, model_id, *_ in endpoints}
+    for name, endpoint, model_id, key_env, batch in endpoints:
+        chat, async_chat = endpoint_models(name, endpoint, key_env, bool(batch))
         if latest[name] == model_id:
             register(chat, async_chat, aliases=(model_id,))
         else:  # an older endpoint of the same name: only its model_id reaches it
@@ -277,7 +280,7 @@ def register_endpoint(store: Any, name: str, endpoint: str, *, key_env: str | No
         endpoint: the OpenAI-compatible base URL (see :func:`check_endpoint`).
         key_env: the environment variable to read the API key from at call time; only its name is stored.
         replace: point an already registered name at this endpoint instead of refusing.
-        fields: ``provider``, ``context_window``, ``parameters_billion``, ``notes``.
+        fields: ``provider``, ``context_window``, ``parameters_billion``, ``notes``, ``batch``.
 
     Returns:
         The record and whether it is new (or replaced).

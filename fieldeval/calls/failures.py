@@ -42,8 +42,9 @@ class ModelCallError(RuntimeError):
         model: the model id asked.
         detail: one line: error class and message.
         kind: ``transient`` (retries ran out), ``permanent``, ``skipped`` (the model failed
-            permanently earlier, or the session is stopping), ``replay`` (no recorded response), or
-            ``too_large`` (an answer past ``--max-answer-bytes``).
+            permanently earlier, or the session is stopping), ``replay`` (no recorded response),
+            ``too_large`` (an answer past ``--max-answer-bytes``), or ``refused`` (a batch line the provider
+            refused: that item fails, the model's other calls go on).
     """
 
     def __init__(self, model: str, detail: str, *, kind: str = "transient") -> None:

@@ -286,14 +286,17 @@ class SolverPool:
                          for i in range(count)]
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="fieldeval-heartbeat")
 
-    def start(self) -> None:
-        """Plan this process's items on the board and start the threads (in the solving process: serve)."""
+    def start(self, *, before_threads: Callable[[], None] | None = None) -> None:
+        """Plan this process's items on the board and start the threads (in the solving process: serve, and run
+        ``before_threads`` first, heartbeating meanwhile: ``--batch``'s rounds)."""
         self.board.plan(self.jobs)
         if self.solving:
             self.board.serve(self.pid)
+        self._beat.start()
+        if before_threads is not None:
+            before_threads()
         for thread in self._threads:
             thread.start()
-        self._beat.start()
 
     def stop(self, reason: str | None = None) -> None:
         """Start no new solver here (and, with a reason, in every process of the session)."""

@@ -17,7 +17,8 @@ from typing import Any
 
 from fieldeval.benchmark import benchmarks, option
 from fieldeval.defaults import (CACHE_MODES, DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONCURRENCY, DEFAULT_MAX_ANSWER_BYTES,
-                                DEFAULT_REPORT, DEFAULT_RESAMPLES, DEFAULT_RETRIES, DEFAULT_SEED, ITEMS_PER_WORKER)
+                                DEFAULT_BATCH_MAX_WAIT_S, DEFAULT_REPORT, DEFAULT_RESAMPLES, DEFAULT_RETRIES, DEFAULT_SEED,
+                                ITEMS_PER_WORKER)
 from fieldeval.errors import UsageError
 RUN_ID = re.compile(r"run_[A-Za-z0-9_-]{1,64}")
 
@@ -49,6 +50,17 @@ class EngineOptions:
         "--workers-as-given",
         help="start pytest-xdist's -n workers as given (default: an eval session starts as many as its items can "
              f"use: one per CPU and per {ITEMS_PER_WORKER:,} items at most, none below two)"))
+    batch: bool = field(default=False, metadata=option(
+        "--batch",
+        help="send each model's uncached calls as provider batches (OpenAI's Batch API, Anthropic's Message "
+             "Batches) at about half the price; minutes to hours of waiting; other models run live"))
+    batch_max_wait: float = field(default=DEFAULT_BATCH_MAX_WAIT_S, metadata=option(
+        "--batch-max-wait", metavar="S", type=float,
+        help=f"seconds to wait for the batches (default: {DEFAULT_BATCH_MAX_WAIT_S:g}); items still waiting then "
+             "fail, and the same command collects their batches later without submitting them again"))
+    batch_size: int | None = field(default=None, metadata=option(
+        "--batch-size", metavar="N", type=int,
+        help="at most N requests per batch (default: the provider's limit: 50,000 OpenAI, 100,000 Anthropic)"))
     call_timeout: float = field(default=DEFAULT_CALL_TIMEOUT_S, metadata=option(
         "--call-timeout", metavar="S",
         help=f"seconds before a model call counts as a transient failure (default: {DEFAULT_CALL_TIMEOUT_S:g})"))
@@ -134,7 +146,7 @@ class EngineOptions:
         for flag, value, least in [("--bootstrap-resamples", self.resamples, 1), ("--retries", self.retries, 0),
                                    ("--concurrency", self.concurrency, 1), ("--rpm", self.rpm, 1),
                                    ("--seed", self.seed, 0), ("--epochs", self.epochs, 1),
-                                   ("--matrix-job", self.matrix_job, 1)]:
+                                   ("--matrix-job", self.matrix_job, 1), ("--batch-size", self.batch_size, 1)]:
             if value is not None and value < least:
                 raise UsageError(f"{flag} {value}: must be at least {least}")
         from fieldeval.run.matrix import parse_temperature
@@ -149,6 +161,11 @@ class EngineOptions:
                              "drop --run-id")
         if self.seed >= 2**63:
             raise UsageError(f"--seed {self.seed}: too large; pass a seed below 2**63")
+        if not 0 < self.batch_max_wait < math.inf:
+            raise UsageError(f"--batch-max-wait {self.batch_max_wait:g}: must be a number of seconds above 0")
+        if self.batch and self.cache in ("off", "replay"):
+            raise UsageError(f"--batch with --cache {self.cache}: a batch's answers and its id are kept in the "
+                             "response cache; use --cache use (the default) or refresh")
         if not 0 < self.call_timeout < math.inf:
             raise UsageError(f"--call-timeout {self.call_timeout:g}: must be a number of seconds above 0")
         if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):

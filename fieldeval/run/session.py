@@ -35,7 +35,7 @@ from fieldeval.run.report import build_payload, run_status
 from fieldeval.run.runfiles import trim_limit
 from fieldeval.run.saver import RunSaver
 from fieldeval.run.selection import Selection
-from fieldeval.run.solving import Solving
+from fieldeval.run.solving import Solving, batch_settings
 from fieldeval.settings import Gate
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class EvalSession:
         self.module_benchmarks: dict[str, tuple[str, ...]] = {}  # eval modules (as node ids begin) -> benchmarks
         self.progress = Progress(epochs_of=self.selection.epochs_of)
         self.display = ProgressDisplay(config, self.progress, options.progress_file, self.stop_for_full_disk)
-        self.solving = Solving(client, self.selection)
+        self.solving = Solving(client, self.selection, batch=batch_settings(options))
         self.intake = Intake(session_dir, on_failed=self._count_failure, on_error=self._announce_permanent,
                              on_item=self._item_done, on_chunk=_trim_heap)
         from fieldeval.store.location import default_store_url

@@ -14,6 +14,7 @@ import pytest
 from fieldeval.defaults import MARKER
 
 if TYPE_CHECKING:
+    from fieldeval.calls.batches.rounds import BatchSettings
     from fieldeval.calls.client import ModelClient
     from fieldeval.calls.pool import SolverPool
     from fieldeval.calls.protocols import Solver
@@ -69,12 +70,26 @@ def solver_items(items: Sequence[pytest.Item]) -> Iterator[tuple[pytest.Item, st
         yield item, marker.kwargs["benchmark"], solver, callspec
 
 
-class Solving:
-    """This process's solver threads: planned on the session's board at collection, waited for by each item."""
+def batch_settings(options: Any) -> BatchSettings | None:
+    """``--batch``'s settings, or None without it."""
+    if not options.batch:
+        return None
+    from fieldeval.calls.batches.rounds import BatchSettings
 
-    def __init__(self, client: ModelClient, selection: Selection) -> None:
+    return BatchSettings(max_wait_s=options.batch_max_wait, size=options.batch_size)
+
+
+class Solving:
+    """This process's solver threads: planned on the session's board at collection, waited for by each item.
+
+    With ``--batch`` the solving process first sends the items' uncached calls as provider batches
+    (:mod:`fieldeval.calls.batches.rounds`), serving the board meanwhile; the threads then find them answered.
+    """
+
+    def __init__(self, client: ModelClient, selection: Selection, *, batch: BatchSettings | None = None) -> None:
         self.client = client
         self.selection = selection
+        self.batch = batch
         self.pool: SolverPool | None = None
 
     def start(self, items: Sequence[pytest.Item], *, maxfail: int, start: bool) -> None:
@@ -96,7 +111,21 @@ class Solving:
             board = Board(Path(tempfile.mkdtemp(prefix="fieldeval-board-")) / "board.sqlite")
         self.pool = SolverPool(board, jobs, self.client.limits.local_concurrency(), maxfail=maxfail)
         if start:
-            self.pool.start()
+            batches = None
+            if self.batch is not None and self.pool.solving:
+                batches = functools.partial(self._run_batches, items)
+            self.pool.start(before_threads=batches)
+
+    def _run_batches(self, items: Sequence[pytest.Item]) -> None:
+        """``--batch``: the rounds, before any solver runs live; their answers are the client's."""
+        from fieldeval.calls.batches.rounds import run_batches
+
+        jobs = []
+        for _item, name, solver, callspec in solver_items(items):
+            solve = functools.partial(solve_at, solver, self.selection.cases(name), callspec.params["case"],
+                                      callspec.params["model"])
+            jobs.append((solve, self.selection.context(name)))
+        self.client.batch_answers = run_batches(jobs, self.client, self.batch)
 
     def plan_lines(self, items: Sequence[pytest.Item]) -> list[str]:
         """``--collect-only`` of a matrix or repeated run: calls, estimated tokens and cost per combination
@@ -136,4 +165,4 @@ class Solving:
                 pass
 
 
-__all__ = ["SolverJobs", "Solving", "solve_at", "solver_items"]
+__all__ = ["SolverJobs", "Solving", "batch_settings", "solve_at", "solver_items"]

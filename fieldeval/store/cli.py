@@ -219,7 +219,8 @@ def _models_add(args: argparse.Namespace) -> int:
     with command_store(args, create=True) as store:
         record, created = register_endpoint(
             store, args.name, args.endpoint, key_env=args.key_env, replace=args.replace, provider=args.provider,
-            context_window=args.context_window, parameters_billion=args.parameters_billion, notes=args.notes)
+            context_window=args.context_window, parameters_billion=args.parameters_billion, notes=args.notes,
+            **({"batch": True} if args.batch else {}))
     state = ("registered" if created else "already registered") + (f" (key from ${record.key_env})"
                                                                     if record.key_env else "")
     print(f"{record.model_id}  {record.name}  {record.endpoint}  {state} {record.registered_at}")
@@ -325,6 +326,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     m_add.add_argument("--key-env", metavar="VAR", dest="key_env",
                        help="environment variable holding the endpoint's API key, read at call time; only the "
                             "name is stored (`llm keys set VAR` works too)")
+    m_add.add_argument("--batch", action="store_true",
+                       help="the endpoint offers OpenAI's Batch API (/v1/files, /v1/batches): `pytest evals --batch` "
+                            "sends its calls as batches")
     m_add.add_argument("--replace", action="store_true",
                        help="point an already registered NAME at this endpoint instead of refusing")
     m_add.set_defaults(func=_models_add)

@@ -64,6 +64,7 @@ class ModelRecord:
     notes: str | None
     registered_at: str
     key_env: str | None = None
+    batch: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -74,6 +75,7 @@ class ModelRecord:
         """A ``models`` row as a record."""
         data = row._asdict()
         data["registered_at"] = iso(data["registered_at"])
+        data["batch"] = bool(data.get("batch"))
         return cls(**data)
 
 
@@ -147,7 +149,8 @@ class ModelRegistry:
         same_name = self.models_named(name)
         if same_name:
             latest = same_name[-1]
-            if (latest.endpoint, latest.key_env) == (endpoint, key_env) and len(same_name) == 1:
+            if (latest.endpoint, latest.key_env, latest.batch) == (endpoint, key_env, bool(fields.get("batch"))) \
+                    and len(same_name) == 1:
                 return latest, False
             if not replace:
                 raise ModelConflict(f"model {name!r}: already registered at {latest.endpoint}; pass --replace "
@@ -182,7 +185,7 @@ class ModelRegistry:
         models, keep = self.tables.models, same_name[-1]
         with self.engine.begin() as conn:
             conn.execute(models.delete().where(models.c.model_id.in_([r.model_id for r in same_name[:-1]])))
-            cleared = dict.fromkeys(("key_env", "provider", "context_window", "parameters_billion", "notes"))
+            cleared = dict.fromkeys(("key_env", "provider", "context_window", "parameters_billion", "notes", "batch"))
             conn.execute(models.update().where(models.c.model_id == keep.model_id).values(
                 {**cleared, **fields, "endpoint": endpoint}))
         record = self._model(keep.name, endpoint)

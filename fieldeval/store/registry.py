@@ -17,11 +17,13 @@ from typing import Any
 
 from fieldeval.store.location import default_store_url, sqlite_path
 
-Endpoint = tuple[str, str, str, str | None]  # (name, endpoint, model_id, key_env), oldest registration first
+# (name, endpoint, model_id, key_env, batch), oldest registration first
+Endpoint = tuple[str, str, str, str | None, bool | None]
 SERVER_CACHE_S = 60.0
-ENDPOINTS_SQL = "SELECT name, endpoint, model_id, key_env FROM models ORDER BY registered_at, model_id"
-# a store not yet migrated to step 2 has no key_env column: its endpoints take no key
-ENDPOINTS_SQL_V1 = "SELECT name, endpoint, model_id, NULL FROM models ORDER BY registered_at, model_id"
+ENDPOINTS_SQL = "SELECT name, endpoint, model_id, key_env, batch FROM models ORDER BY registered_at, model_id"
+# a store not yet migrated to step 8 has no batch column (its endpoints take no batches), nor before step 2 key_env
+ENDPOINTS_SQL_V2 = "SELECT name, endpoint, model_id, key_env, NULL FROM models ORDER BY registered_at, model_id"
+ENDPOINTS_SQL_V1 = "SELECT name, endpoint, model_id, NULL, NULL FROM models ORDER BY registered_at, model_id"
 _cache: dict[str, tuple[Any, list[Endpoint]]] = {}
 _session_store: list[str] = []  # the running pytest session's --store: llm's model lookups take no store argument
 
@@ -38,7 +40,7 @@ def use_session_store(url: str | None) -> None:
 
 
 def read_endpoints(url: str | None = None) -> list[Endpoint]:
-    """``(name, endpoint, model_id, key_env)`` of every registered model, oldest first, without migrating anything.
+    """``(name, endpoint, model_id, key_env, batch)`` of every registered model, oldest first, without migrating.
 
     Args:
         url: a store URL or path; None means the running pytest session's ``--store`` (see
@@ -49,7 +51,7 @@ def read_endpoints(url: str | None = None) -> list[Endpoint]:
 
     Example:
         >>> read_endpoints("sqlite:///reports/fieldeval.db")  # doctest: +SKIP
-        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4', None)]
+        [('phi-3-mini-4k', 'http://localhost:11434/v1', 'mdl_7f2a91c4', None, None)]
     """
     url = url or next(iter(_session_store), None) or default_store_url()
     path = sqlite_path(url)
@@ -72,10 +74,13 @@ def _read_sqlite(path: Path) -> list[Endpoint]:
         return cached[1]
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5) as conn:
-            try:
-                rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL)]
-            except sqlite3.OperationalError:
-                rows = [tuple(row) for row in conn.execute(ENDPOINTS_SQL_V1)]
+            rows = []
+            for sql in (ENDPOINTS_SQL, ENDPOINTS_SQL_V2, ENDPOINTS_SQL_V1):
+                try:
+                    rows = [tuple(row) for row in conn.execute(sql)]
+                    break
+                except sqlite3.OperationalError:
+                    continue
     except sqlite3.Error:  # no models table yet, or not a store: nothing to register
         rows = []
     _cache[key] = (stamp, rows)
@@ -96,11 +101,12 @@ def _read_server(url: str) -> list[Endpoint]:
             from sqlalchemy.exc import ProgrammingError
 
             with engine.connect() as conn:
-                try:
-                    rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL)]
-                except ProgrammingError:
-                    conn.rollback()
-                    rows = [tuple(row) for row in conn.exec_driver_sql(ENDPOINTS_SQL_V1)]
+                for sql in (ENDPOINTS_SQL, ENDPOINTS_SQL_V2, ENDPOINTS_SQL_V1):
+                    try:
+                        rows = [tuple(row) for row in conn.exec_driver_sql(sql)]
+                        break
+                    except ProgrammingError:
+                        conn.rollback()
         finally:
             engine.dispose()
     except Exception:  # a model lookup must never fail because the shared store is down

@@ -130,6 +130,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("notes", sa.Text),
             sa.Column("registered_at", UtcDateTime, nullable=False),
             sa.Column("key_env", sa.Text),
+            sa.Column("batch", sa.Boolean),  # the endpoint offers OpenAI's Batch API (fieldeval models add --batch)
             sa.UniqueConstraint("name", "endpoint", name="uq_models_name_endpoint"),
         ),
         evaluations=sa.Table(
@@ -295,6 +296,11 @@ def _migration_6(conn: Connection) -> None:
         conn, checkfirst=True)
 
 
+def _migration_8(conn: Connection) -> None:
+    """Add models.batch: an endpoint registered with ``--batch`` takes ``--batch`` sessions' calls as batches."""
+    _add_missing_columns(conn, GENERIC.models, ("batch",))
+
+
 def _migration_7(conn: Connection) -> None:
     """Add evaluation_errors.case_id: an errored item is found by its case id, as a scored one is."""
     _add_missing_columns(conn, GENERIC.evaluation_errors, ["case_id"])
@@ -315,6 +321,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (5, "run leases: one session resumes a run at a time", _migration_5),
     (6, "an index of each run's responses by case id", _migration_6),
     (7, "errored items' case ids", _migration_7),
+    (8, "models.batch: endpoints that offer a batch API", _migration_8),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

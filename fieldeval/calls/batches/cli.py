@@ -1,0 +1,103 @@
+"""``fieldeval batches list`` and ``fieldeval batches cancel ID``: the batches a response cache has recorded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from pathlib import Path
+
+from fieldeval.errors import UsageError
+
+DEFAULT_CACHE = Path("reports") / "responses.sqlite"
+
+
+def _ledger(args: argparse.Namespace):
+    from fieldeval.calls.batches.ledger import BatchLedger
+
+    path = Path(args.cache_path)
+    if not path.is_file():
+        raise UsageError(f"--cache-path {path}: no response cache there; pass the file a --batch session used "
+                         f"(default: {DEFAULT_CACHE} under the project root)")
+    try:
+        return BatchLedger(path)
+    except sqlite3.DatabaseError as error:
+        raise UsageError(f"--cache-path {path}: not a response cache ({error}); pass the file a --batch session "
+                         "used") from None
+
+
+def _list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    ledger = _ledger(args)
+    try:
+        records = ledger.batches(pending_only=not args.all)
+    finally:
+        ledger.close()
+    if args.json:
+        print(json.dumps([record.__dict__ for record in records], indent=2))
+        return 0
+    if not records:
+        print(f"no {'' if args.all else 'pending '}batches in {args.cache_path}")
+        return 0
+    table = Table(title=escape(f"{'' if args.all else 'pending '}batches in {args.cache_path}"), title_justify="left")
+    for column in ("id", "provider", "model", "state", "requests", "submitted", "collected"):
+        table.add_column(column, justify="right" if column == "requests" else "left", overflow="fold")
+    for r in records:
+        table.add_row(*(escape(str(v)) for v in (r.id, r.provider, r.model, r.state, r.requests, r.submitted_at,
+                                                 "yes" if r.collected else "no")))
+    Console().print(table)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from fieldeval.calls.batches.providers import provider_for
+    from fieldeval.calls.failures import ModelCallError
+    from fieldeval.calls.models import resolve_model
+
+    ledger = _ledger(args)
+    try:
+        record = ledger.get(args.batch_id)
+        if record is None:
+            known = ", ".join(b.id for b in ledger.batches(pending_only=True)[:5]) or "none pending"
+            raise UsageError(f"batches cancel {args.batch_id!r}: no such batch in {args.cache_path} ({known}); "
+                             "see `fieldeval batches list`")
+        if record.collected or record.state in ("cancelled", "canceled", "cancelling", "canceling", "ended",
+                                                 "completed", "expired", "failed"):
+            print(f"{record.id}: already {'collected' if record.collected else record.state}; nothing to cancel")
+            return 0
+        provider = provider_for(resolve_model(record.model, flag="the batch's model"))
+        if provider is None:
+            raise UsageError(f"batches cancel {record.id}: its model {record.model} has no batch API here any more; "
+                             "cancel it in the provider's console")
+        try:
+            provider.cancel(record.id, record.model)
+        except ModelCallError as error:
+            raise UsageError(f"batches cancel {record.id}: {record.provider} refused ({error.detail})") from None
+        ledger.mark(record.id, "cancelling")
+    finally:
+        ledger.close()
+    print(f"{record.id}: cancelling at {record.provider}; the next --batch session collects the requests it "
+          "answered (they are paid for) and submits the rest again")
+    return 0
+
+
+def register_cli(sub) -> None:
+    """Add ``batches list`` and ``batches cancel`` to the ``fieldeval`` command."""
+    batches = sub.add_parser("batches", help="the provider batches --batch sessions submitted")
+    batch_sub = batches.add_subparsers(dest="batches_command", required=True)
+    listing = batch_sub.add_parser("list", help="pending batches (with --all, every recorded one)")
+    listing.add_argument("--all", action="store_true", help="also the collected and cancelled ones")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(func=_list)
+    cancel = batch_sub.add_parser("cancel", help="stop a pending batch at its provider")
+    cancel.add_argument("batch_id", metavar="ID", help="the batch's id, as `fieldeval batches list` shows it")
+    cancel.set_defaults(func=_cancel)
+    for parser in (listing, cancel):
+        parser.add_argument("--cache-path", default=str(DEFAULT_CACHE), metavar="PATH",
+                            help=f"the response cache the sessions used (default: {DEFAULT_CACHE})")
+
+
+__all__ = ["register_cli"]

@@ -1,0 +1,277 @@
+"""``--batch``: a session's uncached calls sent as provider batches, in rounds, before its solvers run live.
+
+A round runs every item's solver against a :class:`_Deferring` client: a call whose answer is known (in the
+response cache, or answered by a batch this session) returns it, so a solver that calls twice (answer, then
+judgement) reaches its next call in the next round; any other call is recorded and the solver stops there.
+The recorded requests of models with a batch API (:func:`fieldeval.calls.batches.providers.provider_for`)
+that no pending batch holds are priced, split to fit the provider's limits (or ``--batch-size``), submitted
+and recorded in the cache's ledger; then the session waits for every batch that holds one of its requests,
+its own or an earlier session's, up to ``--batch-max-wait``, and puts each answer in the cache under the
+live call's key. A failed line is sent again in the next round while its retries last (``--retries``); past
+them, or for a permanent error, its item fails with that error, as a live call's would. Rounds end when a
+round records no request a batch API can take. The solvers then run as usual: every batched call is
+answered from the session's batch answers, and models without a batch API run live (one line says so).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fieldeval.calls.batches.ledger import BatchLedger
+from fieldeval.calls.batches.providers import Answer, provider_for, request_body, split
+from fieldeval.calls.cache import CachedResponse
+from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError
+from fieldeval.calls.records import Completion
+
+POLL_S = 10.0  # the first wait between two looks at a batch; it grows to POLL_MAX_S
+POLL_MAX_S = 60.0
+CHARS_PER_TOKEN = 4
+OUTPUT_TOKENS_GUESS = 100
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """``--batch``'s settings: the longest wait in seconds and the most requests per batch (None: the provider's)."""
+
+    max_wait_s: float
+    size: int | None = None
+
+
+class _Deferred(BaseException):
+    """A call a round cannot answer yet (a BaseException, so a solver's own ``except Exception`` lets it by)."""
+
+
+@dataclass
+class BatchAnswers:
+    """What the rounds leave for the live solvers: answers by key, and the keys that failed or still wait."""
+
+    answers: dict[str, CachedResponse] = field(default_factory=dict)
+    failed: dict[str, ModelCallError] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)  # key -> the pending batch's id (past --batch-max-wait)
+
+    def answer(self, key: str, model: str) -> CachedResponse | None:
+        """The batch's answer to a request; raises the request's final error (or its pending batch's)."""
+        if key in self.answers:
+            return self.answers[key]
+        if key in self.failed:
+            raise self.failed[key]
+        if key in self.waiting:
+            raise ModelCallError(model, f"its batch {self.waiting[key]} had not ended within --batch-max-wait; run "
+                                 "the same command again to collect it (it is never submitted twice)",
+                                 kind="transient")
+        return None
+
+
+class _Deferring:
+    """A solver's ``client`` in a round: known answers come back; the first unknown call is recorded."""
+
+    def __init__(self, client: Any, context: Any, answers: BatchAnswers, found: dict[str, Any]) -> None:
+        self.client, self.context, self.answers, self.found = client, context, answers, found
+
+    def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
+                 max_tokens: int | None = None, schema: dict | None = None) -> Completion:
+        request = self.client.request(model_id, prompt, system=system, temperature=temperature,
+                                      max_tokens=max_tokens, schema=schema)
+        key = request.key
+        known = self.answers.answers.get(key)
+        cache = self.client.cache if self.client.cache_mode == "use" else None
+        if known is None and cache is not None:
+            known = cache.get(key)
+        if known is not None:
+            return Completion(request.model_id, known.text, 0.0, known.prompt_tokens, known.completion_tokens)
+        if key not in self.answers.failed:
+            self.found.setdefault(key, request)
+        raise _Deferred
+
+
+def run_batches(jobs: Iterable[tuple[Callable[[Any], Any], Any]], client: Any, settings: BatchSettings, *,
+                say: Callable[[str], None] = lambda line: sys.stderr.write(line + "\n"),
+                sleep: Callable[[float], None] = time.sleep) -> BatchAnswers:
+    """Run the rounds for ``(solve(client), context)`` jobs; the answers the live solvers then use."""
+    jobs = list(jobs)
+    answers = BatchAnswers()
+    ledger = BatchLedger(client.cache.path)
+    tries: Counter[str] = Counter()
+    live_said: set[str] = set()
+    try:
+        while True:
+            found: dict[str, Any] = {}
+            for solve, context in jobs:
+                try:
+                    solve(_Deferring(client, context, answers, found))
+                except _Deferred:
+                    pass
+                except Exception:  # noqa: BLE001 - the solver's own error shows when it runs live
+                    pass
+            batchable, live = _by_provider(client, found)
+            for model, count in live.items():
+                if model not in live_said:
+                    live_said.add(model)
+                    say(f"fieldeval batch: {model} has no batch API; its {count} uncached call(s) run live")
+            pending = ledger.pending_for(key for group in batchable.values() for key in group[2])
+            submitted = _submit(client, ledger, batchable, pending, settings, answers, say)
+            waited = set(pending.values()) | submitted
+            if not waited:
+                return answers
+            if not _wait(client, ledger, waited, settings, answers, tries, say, sleep):
+                for key, batch_id in ledger.pending_for(found).items():
+                    answers.waiting[key] = batch_id
+                return answers
+    finally:
+        ledger.close()
+
+
+def _by_provider(client: Any, found: dict[str, Any]) -> tuple[dict[tuple, tuple], Counter]:
+    """``{(provider name, base, model): (provider, model object, {key: line})}`` and uncached calls per live model."""
+    groups: dict[tuple, tuple] = {}
+    live: Counter[str] = Counter()
+    providers: dict[str, Any] = {}
+    for key, request in found.items():
+        model = client.model(request.model_id)
+        if request.model_id not in providers:
+            providers[request.model_id] = provider_for(model)
+        provider = providers[request.model_id]
+        body = request_body(provider, model, request) if provider is not None else None
+        if body is None:
+            live[request.model_id] += 1
+            continue
+        group = groups.setdefault((provider.name, provider.base, request.model_id), (provider, model, {}))
+        group[2][key] = (request, provider.line(request, body))
+    return groups, live
+
+
+def _submit(client: Any, ledger: BatchLedger, groups: dict, pending: dict[str, str], settings: BatchSettings,
+            answers: BatchAnswers, say: Callable[[str], None]) -> set[str]:
+    """Submit each group's requests that no pending batch holds; the new batches' ids (each recorded at once).
+    A submission the provider refuses fails its requests' items with its error (they are not sent live: a
+    batch session never pays the live price unasked)."""
+    created: set[str] = set()
+    for (name, base, model_id), (provider, _model, lines) in groups.items():
+        todo = {key: entry for key, entry in lines.items() if key not in pending}
+        if not todo:
+            continue
+        size = min(settings.size or provider.max_requests, provider.max_requests)
+        parts = list(split((line for _, line in todo.values()), size, provider.max_bytes))
+        say(f"fieldeval batch: {len(todo)} request(s) of {model_id} to {name} in {len(parts)} batch(es), "
+            f"{_estimate(client, model_id, [request for request, _ in todo.values()])}")
+        keys = iter(todo)
+        for part in parts:
+            part_keys = [next(keys) for _ in part]
+            try:
+                batch_id = provider.submit(part, model_id)
+            except ModelCallError as error:
+                say(f"fieldeval batch: {name} refused a batch of {len(part)} request(s) of {model_id}: {error.detail}")
+                for key in part_keys:
+                    answers.failed[key] = ModelCallError(model_id, f"its batch was not accepted: {error.detail}",
+                                                         kind=error.kind)
+                continue
+            ledger.record(batch_id, name, model_id, base, part_keys)
+            created.add(batch_id)
+            say(f"fieldeval batch: submitted {batch_id} ({len(part)} request(s))")
+    return created
+
+
+def _estimate(client: Any, model_id: str, requests: list) -> str:
+    """The cost estimate said before a submission: at the batch price, and what it would cost live."""
+    tokens_in = sum(math.ceil((len(r.prompt) + len(r.system or "")) / CHARS_PER_TOKEN) for r in requests)
+    tokens_out = sum(r.options.get("max_tokens") or OUTPUT_TOKENS_GUESS for r in requests)
+    batch = client.estimate_cost(model_id, tokens_in, tokens_out, batch=True)
+    live = client.estimate_cost(model_id, tokens_in, tokens_out)
+    if batch is None or live is None:
+        return f"about {tokens_in} input and {tokens_out} output tokens (no price in [tool.fieldeval.prices])"
+    return f"estimated {batch:.4f} USD at the batch price ({live:.4f} USD live)"
+
+
+def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: BatchSettings, answers: BatchAnswers,
+          tries: Counter, say: Callable[[str], None], sleep: Callable[[float], None]) -> bool:
+    """Wait for every batch, collecting each as it ends; False when ``--batch-max-wait`` ran out first."""
+    records = {b.id: b for b in ledger.batches() if b.id in batch_ids}
+    deadline = time.monotonic() + settings.max_wait_s
+    pause = POLL_S
+    seen: dict[str, tuple] = {}
+    while records:
+        for batch_id, record in list(records.items()):
+            provider = provider_for(client.model(record.model))
+            if provider is None:  # the model is no longer batchable here: leave the batch to `fieldeval batches`
+                records.pop(batch_id)
+                continue
+            try:
+                state = provider.state(batch_id, record.model)
+            except TransientCallError:  # the provider did not answer this time: look again at the next poll
+                continue
+            except ModelCallError as error:  # e.g. the key no longer works: the batch's items fail with it
+                say(f"fieldeval batch: {batch_id} cannot be read: {error.detail}")
+                for key in ledger.keys(batch_id):
+                    answers.failed.setdefault(key, ModelCallError(record.model, f"batch {batch_id}: {error.detail}",
+                                                                  kind=error.kind))
+                records.pop(batch_id)
+                continue
+            if seen.get(batch_id) != (state.state, state.succeeded, state.failed):
+                seen[batch_id] = (state.state, state.succeeded, state.failed)
+                say(f"fieldeval batch: {batch_id} ({record.provider}, {record.model}): {state.state}, "
+                    f"{state.succeeded + state.failed}/{state.total or record.requests} done, {state.failed} failed")
+            ledger.mark(batch_id, state.state)
+            if state.ended:
+                try:
+                    _collect(client, ledger, provider, record, answers, tries)
+                except TransientCallError:  # its results could not be read this time: again at the next poll
+                    continue
+                records.pop(batch_id)
+        if not records:
+            return True
+        if client.stopped() or time.monotonic() + pause > deadline:
+            return False
+        _pause(client, pause, sleep)
+        pause = min(pause * 1.5, POLL_MAX_S)
+    return True
+
+
+def _pause(client: Any, seconds: float, sleep: Callable[[float], None]) -> None:
+    """Sleep ``seconds`` in short steps, ending early when the session stops (Ctrl-C, a cancelled CI job)."""
+    end = time.monotonic() + seconds
+    while not client.stopped() and (left := end - time.monotonic()) > 0:
+        sleep(min(left, 0.25))
+
+
+def _collect(client: Any, ledger: BatchLedger, provider: Any, record: Any, answers: BatchAnswers,
+             tries: Counter) -> None:
+    """Put an ended batch's answers in the cache and the session's answers; count its failed lines."""
+    keys = ledger.keys(record.id)
+    cache = client.cache if client.cache_mode in ("use", "refresh") else None
+    resolved = client.model(record.model).model_id
+    answered: set[str] = set()
+    for key, outcome in provider.results(record.id, record.model):
+        targets = keys if key == "*" else {key} & keys
+        for target in targets:
+            answered.add(target)
+            if isinstance(outcome, Answer):
+                response = CachedResponse(outcome.text, None, outcome.prompt_tokens, outcome.completion_tokens,
+                                          batch=True)
+                answers.answers[target] = response
+                answers.failed.pop(target, None)
+                if cache is not None:
+                    cache.put(target, resolved, response)
+            else:
+                tries[target] += 1
+                if isinstance(outcome, PermanentCallError) or tries[target] > client.retries:
+                    answers.failed[target] = ModelCallError(  # one line refused: its item fails, not the model
+                        record.model, f"no response after {tries[target]} batch request(s): {outcome.detail}",
+                        kind="refused" if isinstance(outcome, PermanentCallError) else "transient")
+    for key in keys - answered:  # a line the batch never reached (cancelled, expired): sent again next round
+        tries[key] += 1
+        if tries[key] > client.retries:
+            answers.failed[key] = ModelCallError(record.model, f"no response after {tries[key]} batch request(s): "
+                                                 f"the batch ended {ledger.get(record.id).state} before answering it",
+                                                 kind="transient")
+    if cache is not None:
+        cache.flush()
+    ledger.mark(record.id, ledger.get(record.id).state, collected=True)
+
+
+__all__ = ["BatchAnswers", "BatchSettings", "run_batches"]

@@ -1,0 +1,224 @@
+"""``--batch``: sessions whose calls go to a local mock of OpenAI's Batch API and Anthropic's Message Batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
+from tests.ebs_project import _case
+from tests.mock_batches import BATCHES, serve
+
+CONFTEST = '''
+import os
+
+import llm
+
+import fieldeval.calls.batches.rounds as rounds
+
+pytest_plugins = ["fieldeval.plugin"]
+rounds.POLL_S = rounds.POLL_MAX_S = 0.05  # the mock's batches end after a look or two
+
+
+class Claude(llm.Model):
+    """Shaped as llm-anthropic's Claude models: the anthropic key, claude_model_id, base_url, default_max_tokens."""
+
+    model_id = "claude-batch"
+    needs_key = "anthropic"
+    key_env_var = "ANTHROPIC_API_KEY"
+    can_stream = False
+    claude_model_id = "claude-test"
+    default_max_tokens = 1024
+
+    class Options(llm.Options):
+        temperature: float | None = None
+        max_tokens: int | None = None
+
+    def __init__(self):
+        self.base_url = os.environ["MOCK_BATCH_BASE"]
+
+    def execute(self, prompt, stream, response, conversation):
+        raise RuntimeError("a batched model was called live")
+
+
+class Plugin:
+    @llm.hookimpl
+    def register_models(self, register):
+        register(Claude())
+
+
+llm.plugins.pm.register(Plugin(), name="claude-batch-plugin")
+'''
+PRICES = {"gpt-batch": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+          "claude-batch": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
+LIVE_COST, BATCH_COST = (10 * 1.0 + 3 * 2.0) / 1e6, (10 * 1.0 + 3 * 2.0) / 2e6  # the mock's 10 and 3 tokens
+
+
+@pytest.fixture(scope="module")
+def mock():
+    server = serve()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, mock, monkeypatch) -> pytest.Pytester:
+    BATCHES.reset()
+    monkeypatch.setenv("MOCK_BATCH_BASE", mock)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("FIELDEVAL_STORE", str(pytester.path / "store.db"))
+    monkeypatch.setenv("LLM_USER_PATH", str(pytester.path / "llm"))
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "evals").mkdir()
+    (pytester.path / "evals" / "test_ebs.py").write_text((ROOT / "evals" / "test_ebs.py").read_text())
+    (pytester.path / "prices.yaml").write_text(yaml.safe_dump(PRICES))
+    added = subprocess.run([sys.executable, "-m", "fieldeval.cli", "models", "add", "gpt-batch", "--endpoint",
+                            f"{mock}/v1", "--batch"], cwd=pytester.path, capture_output=True, text=True)
+    assert added.returncode == 0, added.stderr
+    return pytester
+
+
+def _suite(project: pytest.Pytester, cases: int) -> None:
+    places = [("Iowa", "cropland biome [ENVO:01000245]"), ("Oregon", "forest biome [ENVO:01000174]")]
+    suite = {"name": "batch", "template": "predict_ebs",
+             "templates": {"predict_ebs": {"system": "You are an expert.", "prompt": "{input}"}},
+             "cases": [_case(f"{places[i % 2][0]}-{i:03d}", "soil_data", places[i % 2][1]) for i in range(cases)]}
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+
+
+def _args(model: str, *extra: str) -> list[str]:
+    return ["evals", "--model", model, "--ebs-suite", "suite.yaml", "--ontology", TINY_SELECTOR, "--enum-dir",
+            str(TINY_ENUMS), "--store", "none", "--prices", "prices.yaml", "-p", "no:cacheprovider", "--batch", *extra]
+
+
+def _run(project: pytest.Pytester, model: str, cases: int, *extra: str):
+    _suite(project, cases)
+    result = project.runpytest_subprocess(*_args(model, *extra), timeout=300)
+    report = project.path / "reports" / "report.json"
+    return result, json.loads(report.read_text()) if report.is_file() else None
+
+
+def _rows(project: pytest.Pytester) -> list[dict]:
+    folders = [p for p in (project.path / "reports" / "runs").iterdir() if (p / "rows.jsonl").is_file()]
+    folder = max(folders, key=lambda p: (p / "rows.jsonl").stat().st_mtime_ns)  # the latest session's
+    return [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+
+
+def _fieldeval(project: pytest.Pytester, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fieldeval.cli", *args], cwd=project.path, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("model", "provider"), [("gpt-batch", "openai"), ("claude-batch", "anthropic")])
+def test_a_batch_session_answers_every_item_at_the_batch_price_and_a_rerun_submits_nothing(project, model, provider):
+    result, report = _run(project, model, 12)
+    result.assert_outcomes(passed=12)
+    assert [(b["provider"], len(b["lines"])) for b in BATCHES.created] == [(provider, 12)]
+    rows = _rows(project)
+    assert len(rows) == 12 and all(row["est_cost_usd"] == pytest.approx(BATCH_COST) for row in rows)
+    assert not any(row["cached"] for row in rows)  # answered by this session's batch, not by an earlier run
+    assert report["evals"]["benchmarks"]["ebs"][model]["exact_match"]["value"] == 1.0  # the mock's answers are the ideals
+    assert "estimated" in result.stderr.str() and "at the batch price" in result.stderr.str()
+    again, _ = _run(project, model, 12)
+    again.assert_outcomes(passed=12)
+    assert len(BATCHES.created) == 1  # every answer is in the cache: nothing submitted, nothing paid twice
+    rows = _rows(project)
+    assert all(row["cached"] for row in rows)
+    assert all(row["est_cost_usd"] == pytest.approx(BATCH_COST) for row in rows)  # the price paid, not LIVE_COST
+    assert BATCH_COST < LIVE_COST
+
+
+def test_failed_lines_go_again_in_the_next_batch_and_a_refused_one_fails_its_item(project):
+    BATCHES.reset(fail_once=("Iowa",), refuse=("Oregon-001",))
+    result, _ = _run(project, "gpt-batch", 8)
+    result.assert_outcomes(passed=7, failed=1)
+    first, second = BATCHES.created
+    assert len(first["lines"]) == 8
+    assert sorted(re.search(r"USA: ([\w-]+)", p).group(1) for _, p in second["lines"]) == [
+        "Iowa-000", "Iowa-002", "Iowa-004", "Iowa-006"]  # the failed lines, once more; the refused one not
+    [failed] = [line for line in result.stdout.str().splitlines() if line.startswith("FAILED evals/")]
+    assert "case001" in failed and "HTTP 400: the prompt is refused" in result.stdout.str()
+    assert "failed permanently" not in result.stdout.str() + result.stderr.str()  # one item's refusal, not the model's
+
+
+def test_a_batch_that_expires_has_its_unanswered_lines_sent_again(project):
+    BATCHES.reset(expire=True)  # every batch answers its first line only
+    result, _ = _run(project, "claude-batch", 4)
+    result.assert_outcomes(passed=4)
+    assert [len(b["lines"]) for b in BATCHES.created] == [4, 3, 2, 1]
+
+
+def test_a_session_killed_while_waiting_is_picked_up_without_a_second_submit(project):
+    BATCHES.reset(polls=10**9)  # the batch never ends while the first session waits
+    _suite(project, 6)
+    session = subprocess.Popen([sys.executable, "-m", "pytest", *_args("gpt-batch")], cwd=project.path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not BATCHES.created and session.poll() is None and time.monotonic() < deadline:  # until it has submitted
+        time.sleep(0.05)
+    time.sleep(0.3)  # it is waiting now
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(timeout=60)
+    assert len(BATCHES.created) == 1
+    listed = _fieldeval(project, "batches", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(b["id"], b["requests"], b["collected"]) for b in json.loads(listed.stdout)] == [
+        (BATCHES.created[0]["id"], 6, False)]
+    BATCHES.polls = 0  # the provider finishes it
+    result, _ = _run(project, "gpt-batch", 6)
+    result.assert_outcomes(passed=6)
+    assert len(BATCHES.created) == 1  # picked up, not submitted again
+    assert "no pending batches" in _fieldeval(project, "batches", "list").stdout
+
+
+def test_past_batch_max_wait_the_items_fail_and_the_next_session_collects_the_batch(project):
+    BATCHES.reset(polls=10**9)
+    result, _ = _run(project, "gpt-batch", 4, "--batch-max-wait", "0.5")
+    result.assert_outcomes(failed=4)
+    assert "--batch-max-wait" in result.stdout.str() and "Traceback" not in result.stdout.str()
+    batch_id = BATCHES.created[0]["id"]
+    cancelled = _fieldeval(project, "batches", "cancel", batch_id)
+    assert cancelled.returncode == 0 and BATCHES.cancelled == [batch_id], cancelled.stderr
+    BATCHES.polls = 0  # batches end at the first look from now on
+    result, _ = _run(project, "gpt-batch", 4)  # the cancelled batch answered its first line: collected, rest sent
+    result.assert_outcomes(passed=4)
+    assert [len(b["lines"]) for b in BATCHES.created] == [4, 3]
+
+
+def test_a_model_without_a_batch_api_runs_live_with_one_line(project):
+    result, _ = _run(project, "ebs-baseline", 4)
+    result.assert_outcomes(passed=4)
+    lines = [line for line in result.stderr.str().splitlines() if "no batch API" in line]
+    assert lines == ["fieldeval batch: ebs-baseline has no batch API; its 4 uncached call(s) run live"]
+    assert BATCHES.created == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--cache", "off"], "--batch with --cache off"),
+    (["--batch-size", "0"], "--batch-size 0: must be at least 1"),
+    (["--batch-max-wait", "-1"], "--batch-max-wait -1"),
+])
+def test_bad_batch_options_are_one_line_and_exit_2(project, args, needle):
+    _suite(project, 2)
+    result = project.runpytest_subprocess(*_args("gpt-batch", *args), timeout=120)
+    assert result.ret == 2
+    lines = [line for line in result.stderr.str().splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], lines
+
+
+def test_batches_cancel_of_an_unknown_id_is_one_line_and_exit_2(project):
+    _run(project, "gpt-batch", 2)
+    refused = _fieldeval(project, "batches", "cancel", "batch_<script>|[x]")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "no such batch" in refused.stderr
+    missing = _fieldeval(project, "batches", "list", "--cache-path", "nowhere.sqlite")
+    assert missing.returncode == 2 and "no response cache there" in missing.stderr
