@@ -222,3 +222,23 @@ def test_batches_cancel_of_an_unknown_id_is_one_line_and_exit_2(project):
     assert "no such batch" in refused.stderr
     missing = _fieldeval(project, "batches", "list", "--cache-path", "nowhere.sqlite")
     assert missing.returncode == 2 and "no response cache there" in missing.stderr
+
+
+def test_batches_are_split_to_the_providers_limits_in_order():
+    from fieldeval.calls.batches.providers import split
+
+    lines = [b"x" * n for n in (3, 3, 3, 5, 1)]
+    assert list(split(lines, 2, 100)) == [lines[0:2], lines[2:4], lines[4:]]  # requests per batch
+    assert list(split(lines, 10, 7)) == [lines[0:2], lines[2:3], lines[3:5]]  # bytes per batch: 6, 3, then 5 + 1
+    assert [line for part in split(lines, 1, 1) for line in part] == lines  # a line over the byte limit goes alone
+
+
+def test_a_batch_call_costs_the_tables_batch_rate_else_half_the_live_price():
+    from fieldeval.calls.client import ModelClient
+
+    client = ModelClient(prices={"a": {"input_per_mtok": 2.0, "output_per_mtok": 8.0},
+                                 "b": {"input_per_mtok": 2.0, "output_per_mtok": 8.0, "batch_input_per_mtok": 1.5,
+                                       "batch_output_per_mtok": 3.0}})
+    assert client.estimate_cost("a", 1_000_000, 1_000_000) == 10.0
+    assert client.estimate_cost("a", 1_000_000, 1_000_000, batch=True) == 5.0
+    assert client.estimate_cost("b", 1_000_000, 1_000_000, batch=True) == 4.5

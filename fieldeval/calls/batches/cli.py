@@ -68,7 +68,13 @@ def _cancel(args: argparse.Namespace) -> int:
                                                  "completed", "expired", "failed"):
             print(f"{record.id}: already {'collected' if record.collected else record.state}; nothing to cancel")
             return 0
-        provider = provider_for(resolve_model(record.model, flag="the batch's model"))
+        try:
+            provider = provider_for(resolve_model(record.model, flag="the batch's model"))
+        except UsageError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a missing key, say
+            raise UsageError(f"batches cancel {record.id}: {record.model}: {error}; set its key "
+                             "(llm keys set openai / anthropic) and try again") from None
         if provider is None:
             raise UsageError(f"batches cancel {record.id}: its model {record.model} has no batch API here any more; "
                              "cancel it in the provider's console")

@@ -26,11 +26,12 @@ from typing import Any
 from fieldeval.calls.batches.ledger import BatchLedger
 from fieldeval.calls.batches.providers import Answer, provider_for, request_body, split
 from fieldeval.calls.cache import CachedResponse
-from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError
+from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError, classify
 from fieldeval.calls.records import Completion
 
 POLL_S = 10.0  # the first wait between two looks at a batch; it grows to POLL_MAX_S
 POLL_MAX_S = 60.0
+UNREAD_LIMIT = 20  # looks in a row without a usable answer before a batch's items fail with the last error
 CHARS_PER_TOKEN = 4
 OUTPUT_TOKENS_GUESS = 100
 
@@ -62,9 +63,9 @@ class BatchAnswers:
         if key in self.failed:
             raise self.failed[key]
         if key in self.waiting:
-            raise ModelCallError(model, f"its batch {self.waiting[key]} had not ended within --batch-max-wait; run "
-                                 "the same command again to collect it (it is never submitted twice)",
-                                 kind="transient")
+            raise ModelCallError(model, f"its batch {self.waiting[key]} had not ended when the session stopped "
+                                 "waiting (--batch-max-wait, or an interrupt); run the same command again to "
+                                 "collect it (it is never submitted twice)", kind="transient")
         return None
 
 
@@ -135,7 +136,10 @@ def _by_provider(client: Any, found: dict[str, Any]) -> tuple[dict[tuple, tuple]
     for key, request in found.items():
         model = client.model(request.model_id)
         if request.model_id not in providers:
-            providers[request.model_id] = provider_for(model)
+            try:
+                providers[request.model_id] = provider_for(model)
+            except Exception:  # noqa: BLE001 - no key, say: the live call names the error and its fix, per item
+                providers[request.model_id] = None
         provider = providers[request.model_id]
         body = request_body(provider, model, request) if provider is not None else None
         if body is None:
@@ -165,7 +169,8 @@ def _submit(client: Any, ledger: BatchLedger, groups: dict, pending: dict[str, s
             part_keys = [next(keys) for _ in part]
             try:
                 batch_id = provider.submit(part, model_id)
-            except ModelCallError as error:
+            except Exception as error:  # noqa: BLE001 - refused, unreachable, or an answer without an id
+                error = classify(model_id, error) if not isinstance(error, ModelCallError) else error
                 say(f"fieldeval batch: {name} refused a batch of {len(part)} request(s) of {model_id}: {error.detail}")
                 for key in part_keys:
                     answers.failed[key] = ModelCallError(model_id, f"its batch was not accepted: {error.detail}",
@@ -195,6 +200,7 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
     deadline = time.monotonic() + settings.max_wait_s
     pause = POLL_S
     seen: dict[str, tuple] = {}
+    unread: dict[str, int] = {}  # looks in a row that got no usable answer, per batch
     while records:
         for batch_id, record in list(records.items()):
             provider = provider_for(client.model(record.model))
@@ -203,9 +209,12 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
                 continue
             try:
                 state = provider.state(batch_id, record.model)
-            except TransientCallError:  # the provider did not answer this time: look again at the next poll
-                continue
-            except ModelCallError as error:  # e.g. the key no longer works: the batch's items fail with it
+                unread.pop(batch_id, None)
+            except Exception as error:  # noqa: BLE001 - classified: the provider may answer at the next poll
+                error = classify(record.model, error)
+                unread[batch_id] = unread.get(batch_id, 0) + 1
+                if isinstance(error, TransientCallError) and unread[batch_id] < UNREAD_LIMIT:
+                    continue
                 say(f"fieldeval batch: {batch_id} cannot be read: {error.detail}")
                 for key in ledger.keys(batch_id):
                     answers.failed.setdefault(key, ModelCallError(record.model, f"batch {batch_id}: {error.detail}",
@@ -220,8 +229,8 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
             if state.ended:
                 try:
                     _collect(client, ledger, provider, record, answers, tries)
-                except TransientCallError:  # its results could not be read this time: again at the next poll
-                    continue
+                except (TransientCallError, ValueError, KeyError, TypeError, AttributeError):
+                    continue  # its results could not be read this time: again at the next poll
                 records.pop(batch_id)
         if not records:
             return True
