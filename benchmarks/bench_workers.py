@@ -82,7 +82,8 @@ def main() -> None:
 
         def evals(kind: str, n: int) -> list[str]:
             folder = out / f"{kind.replace(' ', '_')}-{n}"
-            return ["evals", *KINDS[kind], "--store", "none", "--cache", "off", "--reports-dir", str(folder),
+            return ["evals", *KINDS[kind], "--store", "none", "--cache", "off", "--run-id", "run_bench_workers",
+                    "--reports-dir", str(folder),
                     "--eval-report", str(folder / "report.json")]
 
         def floor_args(n: str) -> list[str]:
