@@ -23,8 +23,8 @@ whose row is not done waits for it only while its owner (for a planned row:
 the solving process) is alive and its lease is fresh (a heartbeat renews it);
 otherwise it claims the row and solves it itself, and a row whose owner died
 or went silent it takes over. The solving process stays until every row is
-solved, so the workers that are still scoring are served. So a dead worker never blocks another, and every
-wait ends by a deadline. Once the stop flag is set (``-x``, ``--maxfail``,
+solved, so the workers that are still scoring are served. So a dead worker
+never blocks another, and every wait ends by a deadline. Once the stop flag is set (``-x``, ``--maxfail``,
 Ctrl-C), no planned row starts. A solver whose item will fail (its model call
 errored, or it crashed) counts on the board as it finishes, and the count that
 reaches ``--maxfail`` sets the stop flag there and then, for every process,
