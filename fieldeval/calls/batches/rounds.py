@@ -86,7 +86,7 @@ class _Deferring:
             known = cache.get(key)
         if known is not None:
             return Completion(request.model_id, known.text, 0.0, known.prompt_tokens, known.completion_tokens)
-        if key not in self.answers.failed:
+        if key not in self.answers.failed and key not in self.answers.waiting:
             self.found.setdefault(key, request)
         raise _Deferred
 
@@ -203,8 +203,13 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
     unread: dict[str, int] = {}  # looks in a row that got no usable answer, per batch
     while records:
         for batch_id, record in list(records.items()):
-            provider = provider_for(client.model(record.model))
-            if provider is None:  # the model is no longer batchable here: leave the batch to `fieldeval batches`
+            try:
+                provider = provider_for(client.model(record.model))
+            except Exception:  # noqa: BLE001 - no key, or the model is gone: its items wait, as below
+                provider = None
+            if provider is None:  # the model no longer reaches a batch API here: its items wait, unanswered
+                for key in ledger.keys(batch_id):
+                    answers.waiting.setdefault(key, batch_id)
                 records.pop(batch_id)
                 continue
             try:
