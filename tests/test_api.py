@@ -171,6 +171,24 @@ def test_register_model_refuses_an_llm_model_name_and_a_second_endpoint(server):
     assert [(m["endpoint"], m["provider"]) for m in listed] == [("http://127.0.0.1:10/v1", "local")]
 
 
+def test_register_model_takes_batch_as_models_add_does(server):
+    from fieldeval.store.registry import read_endpoints
+
+    body = {"name": "batched", "endpoint": "http://127.0.0.1:11/v1", "batch": True}
+    status, first = server.call("POST", "/api/models", body)
+    assert status == 201, first
+    assert [m["batch"] for m in server.call("GET", "/api/models")[1] if m["name"] == "batched"] == [True]
+    assert server.call("POST", "/api/models", body) == (200, first)  # the same registration again
+    status, answer = server.call("POST", "/api/models", {**body, "batch": False})  # batch is part of the endpoint
+    assert status == 409 and "replace=true" in answer["message"]
+    status, answer = server.call("POST", "/api/models", {**body, "name": "batched-text", "batch": "yes"})
+    assert status == 422 and "batch" in answer["message"]
+    status, _ = server.call("POST", "/api/models", {"name": "live-only", "endpoint": "http://127.0.0.1:12/v1"})
+    assert status == 201
+    batch_of = {row[0]: row[4] for row in read_endpoints(str(server.store))}  # what a session reads
+    assert (bool(batch_of["batched"]), bool(batch_of["live-only"])) == (True, False)
+
+
 def test_compare_refuses_an_interrupted_run_unless_allow_partial(server):
     from fieldeval.store import open_store
     from tests.test_store_api import ebs_run

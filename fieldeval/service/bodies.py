@@ -3,7 +3,7 @@ the field)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from fieldeval.calls.endpoints import check_endpoint
 from fieldeval.errors import UsageError
@@ -23,6 +23,10 @@ class ModelIn(BaseModel):
     key_env: str | None = Field(default=None, max_length=200,
                                 description="a key the server's operator allows for this endpoint "
                                             "(fieldeval serve --allow-key-env VAR)")
+    batch: StrictBool = Field(default=False,
+                              description="the endpoint offers OpenAI's Batch API (/v1/files, /v1/batches), as "
+                                          "fieldeval models add --batch: pytest evals --batch sends its calls "
+                                          "as batches")
 
     @field_validator("name")
     @classmethod

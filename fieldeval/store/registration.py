@@ -153,8 +153,11 @@ class ModelRegistry:
                     and len(same_name) == 1:
                 return latest, False
             if not replace:
-                raise ModelConflict(f"model {name!r}: already registered at {latest.endpoint}; pass --replace "
-                                    f"(replace=true over HTTP) to point it at {endpoint}")
+                if latest.endpoint != endpoint:
+                    raise ModelConflict(f"model {name!r}: already registered at {latest.endpoint}; pass --replace "
+                                        f"(replace=true over HTTP) to point it at {endpoint}")
+                raise ModelConflict(f"model {name!r}: already registered at {endpoint} with key_env={latest.key_env}"
+                                    f", batch={latest.batch}; pass --replace (replace=true over HTTP) to change them")
             return self._replace(same_name, endpoint, fields), True
         models = self.tables.models
         for _ in range(3):
