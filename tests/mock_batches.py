@@ -6,7 +6,8 @@ OpenAI: ``POST /v1/files`` (multipart, purpose ``batch``), ``POST /v1/batches``,
 
 A batch ends after ``BATCHES.polls`` looks at it. Each line is answered as the chat mock answers
 (``cropland biome [ENVO:01000245]`` when the prompt mentions Iowa, else ``forest biome [ENVO:01000174]``),
-with 10 input and 3 output tokens, except: a line whose prompt holds one of ``BATCHES.fail_once`` fails
+with 10 input and 3 output tokens; an IBF judge prompt (it holds ``Response to grade:``) is answered with
+``JUDGEMENT``, 4 on every dimension. Except: a line whose prompt holds one of ``BATCHES.fail_once`` fails
 with HTTP 500 the first time it is seen; one holding ``BATCHES.refuse`` fails with HTTP 400 every time;
 with ``BATCHES.expire`` a batch expires with only its first line answered. ``BATCHES.created`` lists
 every batch created (its provider and lines), so a test can count submissions.
@@ -18,6 +19,10 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+JUDGEMENT = json.dumps({"hazard_recognition": 4, "impact_reasoning": 4, "uncertainty_handling": 4,
+                        "action_relevance": 4, "geographic_specificity": 4, "rationale": "covers every note"})
 
 
 class Batches:
@@ -43,6 +48,8 @@ class Batches:
             if word in prompt and prompt not in self.failed_once:
                 self.failed_once.add(prompt)
                 return 500, "overloaded"
+        if "Response to grade:" in prompt:
+            return 200, JUDGEMENT
         return 200, "cropland biome [ENVO:01000245]" if "Iowa" in prompt else "forest biome [ENVO:01000174]"
 
 

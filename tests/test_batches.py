@@ -137,6 +137,27 @@ def test_a_batch_session_answers_every_item_at_the_batch_price_and_a_rerun_submi
     assert BATCH_COST < LIVE_COST
 
 
+def test_ibf_judgements_go_as_a_second_round_of_batches_each_epoch_its_own_line(project):
+    (project.path / "evals" / "test_ibf.py").write_text((ROOT / "evals" / "test_ibf.py").read_text())
+    args = ["evals/test_ibf.py", "--model", "gpt-batch", "--judge-model", "claude-batch", "--judge-epochs", "2",
+            "--store", "none", "--prices", "prices.yaml", "-p", "no:cacheprovider", "--batch"]
+    result = project.runpytest_subprocess(*args, timeout=300)
+    result.assert_outcomes(passed=65)
+    answers, judgements = BATCHES.created  # the answers first: a judge prompt holds the answer it grades
+    assert (answers["provider"], len(answers["lines"])) == ("openai", 65)
+    assert (judgements["provider"], len(judgements["lines"])) == ("anthropic", 130)  # both epochs in one round
+    assert all("Response to grade:\n<<<\nforest biome [ENVO:01000174]\n>>>" in prompt
+               for _, prompt in judgements["lines"])
+    assert len({key for key, _ in judgements["lines"]}) == 130
+    report = json.loads((project.path / "reports" / "report.json").read_text())
+    scores = report["evals"]["benchmarks"]["ibf"]["gpt-batch"]
+    assert scores["mean_dimension_score"]["value"] == 4.0  # the mock judge's grades, not the reference scorer's
+    assert all(row["judge_repeats"] == [[4] * 5, [4] * 5] for row in _rows(project))
+    again = project.runpytest_subprocess(*args, timeout=300)
+    again.assert_outcomes(passed=65)
+    assert len(BATCHES.created) == 2  # answers and judgements all in the cache
+
+
 def test_failed_lines_go_again_in_the_next_batch_and_a_refused_one_fails_its_item(project):
     BATCHES.reset(fail_once=("Iowa",), refuse=("Oregon-001",))
     result, _ = _run(project, "gpt-batch", 8)

@@ -52,3 +52,21 @@ def test_the_protocols_import_no_concrete_client():
             seen.add(module)
             todo.extend(graph[module])
     assert not seen & {"fieldeval.calls.client", "fieldeval.calls.transport", "fieldeval.calls.models"}
+
+
+def test_complete_many_asks_each_call_in_order_live_and_in_the_cost_plan():
+    from fieldeval.run.plan import PlannedCost, RecordingClient
+
+    asked = []
+
+    class Session:
+        def complete(self, model_id, prompt, **options):
+            asked.append((model_id, prompt, options["system"]))
+            return prompt.upper()
+
+    calls = [{"model_id": "judge", "prompt": "a"}, {"model_id": "judge", "prompt": "b", "system": "s"}]
+    assert SolverClient(Session(), context=None).complete_many(calls) == ["A", "B"]
+    assert asked == [("judge", "a", None), ("judge", "b", "s")]
+    entry = PlannedCost()
+    RecordingClient(None, lambda model, tokens_in, tokens_out: 0.5, entry).complete_many(calls)
+    assert (entry.calls, entry.cost, entry.models) == (2, 1.0, {"judge"})

@@ -41,7 +41,7 @@ import sqlite3
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -84,6 +84,10 @@ class SolverClient:
         """:meth:`fieldeval.ModelClient.complete`: cache, slots, timeout, retries, cost."""
         return self.client.complete(model_id, prompt, system=system, temperature=temperature, max_tokens=max_tokens,
                                     schema=schema)
+
+    def complete_many(self, calls: Sequence[Mapping[str, Any]]) -> list[Completion]:
+        """:meth:`complete` for each of calls that do not depend on each other, in order."""
+        return [self.complete(**call) for call in calls]
 
 
 class SolverCrash(RuntimeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -23,6 +24,11 @@ class Client(Completer, Protocol):
     @property
     def context(self) -> Any:
         """The benchmark's context (its suite, options and indexes), as its ``context`` fixture gives it."""
+        ...
+
+    def complete_many(self, calls: Sequence[Mapping[str, Any]]) -> list[Completion]:
+        """``complete(**call)`` for each call, in order: calls that do not depend on each other's answers (a
+        judge's epochs), which ``--batch`` sends in one round instead of one round each."""
         ...
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,10 @@ class RecordingClient:
             entry.unpriced.add(model)
         entry.cost = None if cost is None or entry.cost is None else entry.cost + cost
         return _Empty()
+
+    def complete_many(self, calls: Sequence[Mapping[str, Any]]) -> list[_Empty]:
+        """Each call counted."""
+        return [self.complete(**call) for call in calls]
 
 
 def plan_costs(jobs: Iterable[tuple[str, str, Callable[[Any], Any], Any]],

@@ -89,11 +89,12 @@ def measure(judge_model: str, graded: str, corpus, *, min_agreement: float | Non
 
 def ask(client, judge_model: str, prompt: str, *, system: str, schema: dict, epochs: int) -> list:
     """The judge's ``epochs`` completions of one prompt: the first the plain call (so a one-judgement run's
-    cache serves it), each other under its own cache key."""
+    cache serves it), each other under its own cache key; asked together (``--batch`` sends them in one round)."""
     from fieldeval.run.matrix import Combination
 
-    return [client.complete(judge_model if k == 1 else Combination(judge_model, {}, epoch=k), prompt,
-                            system=system, temperature=0.0, schema=schema) for k in range(1, epochs + 1)]
+    return client.complete_many([
+        {"model_id": judge_model if k == 1 else Combination(judge_model, {}, epoch=k), "prompt": prompt,
+         "system": system, "temperature": 0.0, "schema": schema} for k in range(1, epochs + 1)])
 
 
 def median_score(texts: Sequence[str], scorer: str) -> tuple[IbfScore, list[list[int | None]]]:

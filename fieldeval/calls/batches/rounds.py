@@ -19,7 +19,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,18 @@ class _Deferring:
         if key not in self.answers.failed and key not in self.answers.waiting:
             self.found.setdefault(key, request)
         raise _Deferred
+
+    def complete_many(self, calls: Sequence[Mapping[str, Any]]) -> list[Completion]:
+        """Every call of the group asked in this round (they do not wait on each other); deferred if one is."""
+        done, deferred = [], False
+        for call in calls:
+            try:
+                done.append(self.complete(**call))
+            except _Deferred:
+                deferred = True
+        if deferred:
+            raise _Deferred
+        return done
 
 
 def run_batches(jobs: Iterable[tuple[Callable[[Any], Any], Any]], client: Any, settings: BatchSettings, *,
