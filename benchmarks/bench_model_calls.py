@@ -5,8 +5,8 @@ its CPU is not counted) answers every chat completion after L seconds and
 records, on its own clock, when the first request started and the last
 response ended.
 
-(a) Latency: N EBS items at L = 0.5 s, ``--concurrency C``, with ``-n 0`` and
-    ``-n 2``. The spread from the first request's start to the last response's
+(a) Latency: N EBS items at L = 0.5 s, ``--concurrency C``, with ``-n 0``,
+    ``-n 2``, ``-n 8`` and ``-n 8 --workers-as-given``. The spread from the first request's start to the last response's
     end at the server, against the ideal ceil(N/C)*L (target <= 1.2x); the most
     calls the server saw in flight; and the shutdown: from the last response to
     the end of the pytest process (target < 2 s).
@@ -113,7 +113,7 @@ def fieldeval_project(folder: Path, server: Server, items: int) -> dict:
 def run_fieldeval(folder: Path, env: dict, workers: str, concurrency: int) -> tuple[float, float, float]:
     args = [sys.executable, "-m", "pytest", "evals", "--model", "mock-ok", "--ebs-suite", "suite.yaml",
             "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), "--cache", "off", "--store", "none",
-            "-p", "no:cacheprovider", "-q", "-n", workers, "--concurrency", str(concurrency)]
+            "-p", "no:cacheprovider", "-q", "-n", *workers.split(), "--concurrency", str(concurrency)]
     return measured(args, cwd=folder, env=env)
 
 
@@ -170,7 +170,7 @@ def latency(server: Server, items: int, concurrency: int, delay: float) -> None:
     ideal = math.ceil(items / concurrency) * delay
     print(f"(a) {items} EBS items over HTTP, L = {delay} s, --concurrency {concurrency}; "
           f"ideal ceil(N/C)*L = {ideal:.1f} s")
-    for workers in ("0", "2"):
+    for workers in ("0", "2", "8", "8 --workers-as-given"):
         server.reset(delay)
         cpu, wall, ended = run_fieldeval(folder, env, workers, concurrency)
         seen = server.stats()
@@ -223,12 +223,14 @@ def main() -> None:
     parser.add_argument("--inspect", help="a Python interpreter with inspect-ai installed")
     parser.add_argument("--promptfoo", help="a folder holding node_modules/.bin/promptfoo")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-cost", action="store_true")
     options = parser.parse_args()
     server = Server(Path(tempfile.mkdtemp(prefix="bench-server-")))
     try:
         if not options.skip_latency:
             latency(server, options.items, options.concurrency, options.latency)
-        cost(server, options.items, options.concurrency, options.inspect, options.promptfoo)
+        if not options.skip_cost:
+            cost(server, options.items, options.concurrency, options.inspect, options.promptfoo)
     finally:
         server.close()
 
