@@ -349,21 +349,24 @@ def test_collect_only_prints_calls_tokens_and_cost_per_combination_before_anythi
     result.stdout.fnmatch_lines(["*total: 600 calls, unknown (no price for fake-b)*"])
 
 
-def test_one_job_per_model_merges_as_shards_do(project):
+def test_one_job_per_model_merges_as_shards_do_and_a_models_thresholds_gate_its_combinations(project):
     import subprocess
     import sys
     from pathlib import Path
 
     store = project.path / "runs.db"
-    for job in (1, 2):
+    (project.path / "pyproject.toml").write_text('[tool.fieldeval.thresholds."fake-b"]\n"ebs.exact_match" = 0.9\n')
+    for job, gated in ((1, 0), (2, 1)):  # fake-a has no gate; fake-b scores under its 0.9
         result = project.runpytest_subprocess(*ARGS[:-4], "--store", str(store), "--matrix", "--matrix-job", str(job),
                                               "--run-group", "nightly", "--bootstrap-resamples", "200")
-        assert result.ret == 0, result.stdout.str()[-2000:]
+        assert result.ret == gated, result.stdout.str()[-2000:]
         result.stdout.fnmatch_lines(["*200 passed, 200 deselected*"])
     fieldeval = Path(sys.executable).parent / "fieldeval"
-    done = subprocess.run([str(fieldeval), "runs", "merge", "nightly", "--store", str(store)],
+    done = subprocess.run([str(fieldeval), "runs", "merge", "nightly", "--store", str(store), "--json"],
                           capture_output=True, text=True, cwd=project.path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # fake-b's own threshold reaches its combinations
+    gates = {(g["model"], g["threshold"]): g["passed"] for g in json.loads(done.stdout)["payload"]["gates"]}
+    assert gates == {("fake-b-t0", 0.9): False, ("fake-b-t0.7", 0.9): False}
     out = subprocess.run([str(fieldeval), "runs", "list", "--store", str(store), "--json"],
                          capture_output=True, text=True, cwd=project.path, check=True)
     runs = json.loads(out.stdout)

@@ -103,6 +103,11 @@ def gated_models(out: Mapping[str, Mapping[str, Any]], selection: Selection) -> 
     (``gpt-4o-mini-t0.7``) model's, so a model's thresholds reach every combination of it."""
     names = {model for models in out.values() for model in models}
     combos = {str(c): c.model for bench in out for c in selection.models_for(bench) if isinstance(c, Combination)}
+    return gated_as(names, combos)
+
+
+def gated_as(names: set[str], combos: Mapping[str, str]) -> dict[str, str]:
+    """The model id each name is gated as, given the matrix combinations' models (``{label: model}``)."""
     ids = model_ids(names | set(combos.values()))
     found = {name: ids[name] for name in names if name in ids}
     found.update({label: ids.get(model, model) for label, model in combos.items() if label in names})

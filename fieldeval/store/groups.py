@@ -147,6 +147,12 @@ def shard_rows(store: Store, name: str, shards: Sequence[Shard]) -> dict[str, li
     return rows
 
 
+def _combinations(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """``{label: model}`` of the matrix combinations among the rows (a matrix cell's row names its ``model_name``),
+    so a model's thresholds gate each combination of it in the merge, as in the session."""
+    return {str(row["model"]): str(row["model_name"]) for row in rows if row.get("model_name") and row.get("model")}
+
+
 def _errors(shards: Sequence[Shard]) -> Counter[tuple[str, str]]:
     """Failed items by (benchmark, model), summed over the shards."""
     errors: Counter[tuple[str, str]] = Counter()
@@ -219,8 +225,8 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
     """
     from fieldeval.rows import by_nodeid
     from fieldeval.run.entries import benchmark_entries
-    from fieldeval.calls.client import model_ids
     from fieldeval.run.gates import gate_results
+    from fieldeval.run.report import gated_as
     from fieldeval.run.gates import check_gate
     from fieldeval.settings import load_thresholds
 
@@ -259,7 +265,8 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
                   "misses": sum(1 for r in all_rows if not r.get("cached"))},
         "gates": gate_results(gates, entries, on=settings.get("gate_on", "point"), ran=sorted(entries),
                               interval=settings.get("gate_interval", "clusters"),
-                              model_ids=model_ids({model for models in entries.values() for model in models})),
+                              model_ids=gated_as({model for models in entries.values() for model in models},
+                                                 _combinations(all_rows))),
         "run_group": {"name": name, "shards": [s.run_id for s in shards], "rows": "shards"},
         "status": "partial" if partial else "completed",
     }
