@@ -254,6 +254,30 @@ def test_errored_epochs_count_once_per_item_in_the_report_the_gate_and_the_store
     result.stdout.fnmatch_lines(["*the run is partial: 1 of 10 planned items errored or missing*"])
 
 
+def test_errored_epochs_split_across_shards_count_once_per_item_in_the_merge(project):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    suite = _suite()
+    suite["cases"] = suite["cases"][:10]
+    (project.path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    project.makeconftest(FAKES + FLAKY)
+    store = project.path / "runs.db"
+    for group in (1, 2):  # 30 epochs in two shards: an item's epochs may fall in both
+        result = project.runpytest_subprocess(*ARGS[:-4], "--model", "fake-flaky", "--temperature", "0.7",
+                                              "--epochs", "3", "--store", str(store), "--splits", "2", "--group",
+                                              str(group), "--run-group", "flaky", "--max-errors", "5")
+        assert result.ret == 0, result.stdout.str()[-3000:]
+    fieldeval = Path(sys.executable).parent / "fieldeval"
+    done = subprocess.run([str(fieldeval), "runs", "merge", "flaky", "--store", str(store), "--allow-partial",
+                           "--max-errors", "5", "--json"], capture_output=True, text=True, cwd=project.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    entry = json.loads(done.stdout)["payload"]["benchmarks"]["ebs"]["fake-flaky-t0.7"]
+    assert {k: entry[k] for k in ("planned", "items", "scored", "errors")} == {  # as the unsharded run counts them
+        "planned": 10, "items": 10, "scored": 9, "errors": 5}
+
+
 def test_epochs_at_temperature_0_say_so_in_one_line_and_run_once(project):
     result, report, calls = _run(project, "--model", "fake-a", "--epochs", "3")
     assert result.ret == 0

@@ -181,15 +181,37 @@ def missing_items(planned: Mapping[tuple[str, str], Sequence[str]], rows: Mappin
             if (bench, model, key) not in seen]
 
 
-def _errored_items(store: Store, shards: Sequence[Shard]) -> list[tuple[str, str, str]]:
-    """(benchmark, model, case key) of the shards' errored items."""
-    from fieldeval.rows import case_key
-
+def _errored_items(store: Store, shards: Sequence[Shard]) -> list[tuple[str, str, str, bool]]:
+    """(benchmark, model, case key, whether it is an epoch of a repeated item) of the shards' errored items."""
     t = store.tables.evaluation_errors
     with store.engine.connect() as conn:
         found = conn.execute(sa.select(t.c.benchmark, t.c.model, t.c.item_id)
                              .where(t.c.run_id.in_([s.run_id for s in shards]))).all()
-    return [(bench, model, case_key({"nodeid": item, "model": model})) for bench, model, item in found]
+    return [(bench, model, *_errored_case(item, model)) for bench, model, item in found]
+
+
+def _errored_case(nodeid: str, model: str) -> tuple[str, bool]:
+    """An errored item's case key from its node id, and whether it is an epoch (``...-MODEL-e2]``) of a repeated
+    item, whose scored epochs' rows record the same case key."""
+    import re
+
+    from fieldeval.rows import case_key
+
+    params = nodeid.split("[", 1)[1].removesuffix("]") if "[" in nodeid else nodeid
+    epoch = re.fullmatch(rf"(.+)-{re.escape(model)}-e\d+", params)
+    if epoch:
+        return epoch.group(1), True
+    return case_key({"nodeid": nodeid, "model": model}), False
+
+
+def _errored_epochs(errored: Sequence[tuple[str, str, str, bool]]) -> dict[tuple[str, str], Counter[str]]:
+    """The errored epochs of repeated items by (benchmark, model), counted by case key over every shard: an item
+    whose epochs ran in two shards counts once."""
+    found: dict[tuple[str, str], Counter[str]] = {}
+    for bench, model, case, repeated in errored:
+        if repeated:
+            found.setdefault((bench, model), Counter())[case] += 1
+    return found
 
 
 def _shared(values: Sequence[Any]) -> Any:
@@ -244,7 +266,8 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
     rows = shard_rows(store, name, shards)
     errors = _errors(shards)
     planned = planned_items(settings)
-    missing = missing_items(planned, rows, _errored_items(store, shards))
+    errored = _errored_items(store, shards)
+    missing = missing_items(planned, rows, [(bench, model, case) for bench, model, case, _ in errored])
     if missing and not allow_partial:
         raise UsageError(f"run group {name!r}: the shards' union lacks {len(missing)} of "
                          f"{sum(len(v) for v in planned.values())} planned items (first: {', '.join(missing[:3])}); "
@@ -253,6 +276,7 @@ def merge_group(store: Store, name: str, tool: Mapping[str, Any], *, allow_parti
     partial = bool(missing) or any(s.status == "partial" for s in shards)
     cluster_by = settings.get("cluster_by") or "benchmark"
     entries = benchmark_entries(rows, errors, seed=settings["seed"], resamples=settings["resamples"],
+                                errored_epochs=_errored_epochs(errored),
                                 cluster_by=cluster_by, planned={k: len(v) for k, v in planned.items()})
     all_rows = [row for bench_rows in rows.values() for row in bench_rows]
     payload = {
