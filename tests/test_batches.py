@@ -263,3 +263,38 @@ def test_a_batch_call_costs_the_tables_batch_rate_else_half_the_live_price():
     assert client.estimate_cost("a", 1_000_000, 1_000_000) == 10.0
     assert client.estimate_cost("a", 1_000_000, 1_000_000, batch=True) == 5.0
     assert client.estimate_cost("b", 1_000_000, 1_000_000, batch=True) == 4.5
+
+
+def test_a_batch_the_ledger_cannot_record_is_cancelled_and_its_items_fail_with_the_reason():
+    import sqlite3
+
+    from fieldeval.calls.batches.rounds import BatchAnswers, BatchSettings, _submit
+
+    class Provider:
+        max_requests, max_bytes, cancelled = 100, 10**6, []
+
+        def submit(self, lines, model):
+            return "batch_paid"
+
+        def cancel(self, batch_id, model):
+            self.cancelled.append(batch_id)
+
+    class Ledger:
+        def record(self, *args):
+            raise sqlite3.OperationalError("database or disk is full")
+
+    class Client:
+        def estimate_cost(self, *args, **kwargs):
+            return None
+
+    class Request:
+        prompt, system, options = "p", None, {}
+
+    provider, answers, said = Provider(), BatchAnswers(), []
+    groups = {("openai", "http://x", "gpt-batch"): (provider, None, {"k1": (Request(), b"{}"), "k2": (Request(), b"{}")})}
+    created = _submit(Client(), Ledger(), groups, {}, BatchSettings(max_wait_s=1), answers, said.append)
+    assert created == set() and provider.cancelled == ["batch_paid"]
+    assert sorted(answers.failed) == ["k1", "k2"]
+    assert "could not be recorded" in answers.failed["k1"].detail and "disk is full" in answers.failed["k1"].detail
+    [line] = [line for line in said if "batch_paid" in line]
+    assert "cancelled it" in line and "database or disk is full" in line

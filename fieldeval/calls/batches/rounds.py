@@ -188,10 +188,30 @@ def _submit(client: Any, ledger: BatchLedger, groups: dict, pending: dict[str, s
                     answers.failed[key] = ModelCallError(model_id, f"its batch was not accepted: {error.detail}",
                                                          kind=error.kind)
                 continue
-            ledger.record(batch_id, name, model_id, base, part_keys)
+            try:
+                ledger.record(batch_id, name, model_id, base, part_keys)
+            except Exception as error:  # noqa: BLE001 - a full disk, a locked or damaged cache file
+                _unrecorded(provider, batch_id, model_id, part_keys, error, answers, say)
+                continue
             created.add(batch_id)
             say(f"fieldeval batch: submitted {batch_id} ({len(part)} request(s))")
     return created
+
+
+def _unrecorded(provider: Any, batch_id: str, model_id: str, keys: list[str], error: Exception,
+                answers: BatchAnswers, say: Callable[[str], None]) -> None:
+    """A created batch the ledger could not record: cancelled (a rerun would not know it and would submit its
+    requests again, paying twice), and its requests' items failed with the reason."""
+    try:
+        provider.cancel(batch_id, model_id)
+        done = "cancelled it"
+    except Exception as cancel_error:  # noqa: BLE001 - said: the user cancels it at the provider
+        done = f"could not cancel it either ({classify(model_id, cancel_error).detail}); cancel it at the provider"
+    say(f"fieldeval batch: {batch_id} could not be recorded in the response cache's ledger ({error}); {done}, so "
+        "it is not paid for twice; free the cache file's disk or lock and run the command again")
+    for key in keys:
+        answers.failed[key] = ModelCallError(model_id, f"its batch {batch_id} could not be recorded ({error})",
+                                             kind="transient")
 
 
 def _estimate(client: Any, model_id: str, requests: list) -> str:
