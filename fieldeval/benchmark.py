@@ -205,6 +205,27 @@ def _no_explanation(row: Mapping[str, Any]) -> str:
     return ""
 
 
+Pairs = Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]  # (base row, run row) of each paired item
+
+
+@dataclass(frozen=True)
+class ItemDiff:
+    """How the benchmark's items compare between two runs (``fieldeval runs diff``, the API, the dashboard).
+
+    Attributes:
+        score: a stored row -> its headline score (items are listed by its change), None when unscored.
+        binary_metric: the metric ``binary`` reads, whose flips get an exact McNemar test.
+        binary: a stored row -> right (True) or wrong (False) on ``binary_metric``, None when unscored.
+        transitions: the paired rows -> ``[{"from", "to", "count"}]`` of the item outcomes; entries may add
+            ``class`` (grouped by it) or ``dimension`` (grouped, with the moves up and down counted).
+    """
+
+    score: Callable[[Mapping[str, Any]], float | None]
+    binary_metric: str
+    binary: Callable[[Mapping[str, Any]], bool | None]
+    transitions: Callable[[Pairs], list[dict[str, Any]]]
+
+
 @dataclass(frozen=True)
 class ItemView:
     """How one stored item of the benchmark reads in ``runs items``, ``runs item`` and the service.
@@ -214,10 +235,12 @@ class ItemView:
             empty: the benchmark's metrics.
         explain: a stored row (the keys its item recorded) -> one or two plain sentences saying why it scored
             what it did.
+        diff: how two runs' items compare (``fieldeval runs diff``); None: the benchmark's items are not diffed.
     """
 
     scores: tuple[str, ...] = ()
     explain: Callable[[Mapping[str, Any]], str] = _no_explanation
+    diff: ItemDiff | None = None
 
 
 def option(flag: str, *, help: str, metavar: str | None = None, choices: Sequence[str] | None = None,

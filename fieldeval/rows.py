@@ -25,6 +25,18 @@ def by_nodeid(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
     return sorted(rows, key=lambda r: r["nodeid"])
 
 
+def flag(value: Any) -> bool | None:
+    """A stored yes/no (bool, 0/1, or an epochs mean: the majority) as a bool; None when absent.
+
+    Example:
+        >>> flag(True), flag(0), flag(2 / 3), flag(None)
+        (True, False, True, None)
+    """
+    if value is None:
+        return None
+    return float(value) >= 0.5
+
+
 CLUSTER_KEYS = ("cluster", "cluster_stratum")
 
 
@@ -49,4 +61,4 @@ def case_key(row: Mapping[str, Any]) -> str:
     return params.removesuffix(f"-{model}") if model and params != model else params
 
 
-__all__ = ["CLUSTER_KEYS", "by_nodeid", "case_key", "column", "without_clusters"]
+__all__ = ["CLUSTER_KEYS", "by_nodeid", "case_key", "column", "flag", "without_clusters"]

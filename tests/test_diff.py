@@ -206,3 +206,31 @@ def test_the_api_diff_of_an_unknown_run_is_404_and_of_several_benchmarks_422(api
     several = api.get("/api/evaluations/diff", params={"base": "run_0000000a", "run": "run_0000000b",
                                                        "model": "m2", "benchmark": ""})
     assert several.status_code == 422 and "benchmark" in several.json()["message"]
+
+
+def test_a_benchmark_declares_its_own_item_diff_and_one_without_is_one_line(tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    import fieldeval.benchmark as benchmark_module
+    from fieldeval.benchmark import ItemDiff, ItemView
+
+    installed = dict(benchmark_module.benchmarks())
+    tenfold = ItemDiff(score=lambda row: 10 * row["ontology_score"], binary_metric="exact_match",
+                       binary=lambda row: bool(row["exact_match"]),
+                       transitions=lambda pairs: [{"from": "base", "to": "run", "count": len(pairs)}])
+    plants = dataclasses.replace(installed["ebs"], name="plants", items=ItemView(diff=tenfold))
+    rocks = dataclasses.replace(installed["ebs"], name="rocks", items=ItemView())  # no item diff
+    monkeypatch.setattr(benchmark_module, "benchmarks", lambda: {**installed, "plants": plants, "rocks": rocks})
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with open_store(url, columns=declared_columns(), create=True) as store:
+        for run_id, side in (("run_0000000a", 0), ("run_0000000b", 1)):
+            _save(store, run_id, {name: [{**_row("ebs", "m", case, **_ebs(outcomes[side])), "benchmark": name}
+                                         for case, *outcomes in EBS_TABLE] for name in ("plants", "rocks")})
+    found = _diff(capsys, url, "--benchmark", "plants")
+    by_case = {item["case_id"]: item for item in found["items"]}
+    for case, base, run in EBS_TABLE:
+        assert (by_case[case]["base"], by_case[case]["run"]) == (10 * SCORE[base], 10 * SCORE[run])
+    assert found["transitions"] == [{"from": "base", "to": "run", "count": len(EBS_TABLE)}]
+    code = main(["runs", "diff", "run_0000000a", "run_0000000b", "--store", url, "--benchmark", "rocks"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0 and "rocks" in err

@@ -8,96 +8,32 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fieldeval.errors import UsageError
 from fieldeval.rows import by_nodeid, case_key
-from scorers.ibf import DIMENSIONS as IBF_DIMENSIONS
-from scorers.ibf import PASS_THRESHOLD as IBF_PASS
+
+if TYPE_CHECKING:
+    from fieldeval.benchmark import ItemDiff
 
 Rows = Mapping[str, Sequence[Mapping[str, Any]]]  # rows by benchmark
-EBS_CLASSES = ("exact", "descendant", "ancestor", "unrelated", "parse failure")
 
 
-def _flag(value: Any) -> bool | None:
-    """A stored yes/no (bool, 0/1, or an epochs mean: the majority) as a bool; None when absent."""
-    if value is None:
-        return None
-    return float(value) >= 0.5
+def _diffed(names: set[str]) -> set[str]:
+    """The installed benchmarks among ``names`` whose items can be diffed (their ``items.diff``)."""
+    from fieldeval.benchmark import benchmarks
+
+    known = benchmarks()
+    return {name for name in names if name in known and known[name].items.diff is not None}
 
 
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _item_diff(benchmark: str) -> ItemDiff:
+    from fieldeval.benchmark import get_benchmark
 
-
-@dataclass(frozen=True)
-class Outcomes:
-    """How one benchmark's item is read: its headline score, its binary metric and its outcome transitions."""
-
-    score: Callable[[Mapping[str, Any]], float | None]
-    binary_metric: str
-    binary: Callable[[Mapping[str, Any]], bool | None]
-    transitions: Callable[[Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]], list[dict[str, Any]]]
-
-
-def ebs_relationship(row: Mapping[str, Any]) -> str:
-    """``exact`` / ``descendant`` / ``ancestor`` / ``unrelated``, or ``parse failure`` when nothing parsed."""
-    if row.get("parse_success") in (False, 0) or not row.get("relationship"):
-        return "parse failure"
-    return str(row["relationship"])
-
-
-def _ebs_transitions(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    counts = Counter((ebs_relationship(a), ebs_relationship(b)) for a, b in pairs)
-    order = {name: i for i, name in enumerate(EBS_CLASSES)}
-    return [{"from": f, "to": t, "count": n}
-            for (f, t), n in sorted(counts.items(), key=lambda kv: (order.get(kv[0][0], 9), order.get(kv[0][1], 9),
-                                                                   kv[0]))]
-
-
-def _correct(row: Mapping[str, Any]) -> str:
-    flag = _flag(row.get("correct"))
-    return "unscored" if flag is None else "correct" if flag else "wrong"
-
-
-def _microbiorel_transitions(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    counts = Counter((str(a.get("gold")), _correct(a), _correct(b)) for a, b in pairs)
-    return [{"class": gold, "from": f, "to": t, "count": n} for (gold, f, t), n in sorted(counts.items())]
-
-
-def _level(value: Any) -> int | str:
-    return "unscored" if value is None else round(float(value))
-
-
-def _ibf_transitions(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    out = []
-    for dim in IBF_DIMENSIONS:
-        counts = Counter((_level(a.get(dim)), _level(b.get(dim))) for a, b in pairs)
-        out += [{"dimension": dim, "from": f, "to": t, "count": n}
-                for (f, t), n in sorted(counts.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))]
-    return out
-
-
-def _ibf_score(row: Mapping[str, Any]) -> float | None:
-    values = [float(row[d]) for d in IBF_DIMENSIONS if row.get(d) is not None]
-    return sum(values) / len(values) if values else None
-
-
-def _ibf_pass(row: Mapping[str, Any]) -> bool | None:
-    if any(row.get(d) is None for d in IBF_DIMENSIONS):
-        return None
-    return all(float(row[d]) >= IBF_PASS for d in IBF_DIMENSIONS)
-
-
-OUTCOMES: dict[str, Outcomes] = {
-    "ebs": Outcomes(lambda r: _number(r.get("ontology_score")), "exact_match", lambda r: _flag(r.get("exact_match")),
-                    _ebs_transitions),
-    "microbiorel": Outcomes(lambda r: None if _flag(r.get("correct")) is None else float(_flag(r.get("correct"))),
-                            "accuracy", lambda r: _flag(r.get("correct")), _microbiorel_transitions),
-    "ibf": Outcomes(_ibf_score, "threshold_pass_rate", _ibf_pass, _ibf_transitions),
-}
+    found = get_benchmark(benchmark).items.diff
+    assert found is not None, "shared_benchmarks keeps only benchmarks with an item diff"
+    return found
 
 
 def updown(transitions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -149,7 +85,11 @@ def pick_model(run_id: str, bench: str, rows: Sequence[Mapping[str, Any]], model
 
 def shared_benchmarks(base_run: str, base_rows: Rows, run: str, rows: Rows, benchmark: str | None) -> list[str]:
     """The benchmarks to diff: ``benchmark`` when both runs hold it, else every one they share."""
-    shared = sorted(b for b in set(base_rows) & set(rows) if b in OUTCOMES)
+    both = set(base_rows) & set(rows)
+    shared = sorted(_diffed(both))
+    if not shared and both:
+        raise UsageError(f"runs diff: {', '.join(sorted(both))} declares no item diff (Benchmark.items.diff); "
+                         "compare its runs with `fieldeval runs compare`")
     if benchmark is not None:
         if benchmark not in shared:
             raise UsageError(f"runs diff --benchmark {benchmark!r}: not a benchmark both {base_run} and {run} hold "
@@ -170,7 +110,7 @@ def diff_rows(base_run: str, base_rows: Rows, run: str, rows: Rows, benchmark: s
         base_rows: its rows by benchmark (each with ``model``, ``nodeid`` and its scores).
         run: the other run's id.
         rows: its rows by benchmark.
-        benchmark: ebs, microbiorel or ibf; both runs must hold items of it.
+        benchmark: a benchmark with an item diff (``Benchmark.items.diff``); both runs must hold items of it.
         base_model: the base run's model to diff (default: its only model in ``benchmark``).
         model: the other run's model (default: its only model in ``benchmark``).
 
@@ -185,7 +125,7 @@ def diff_rows(base_run: str, base_rows: Rows, run: str, rows: Rows, benchmark: s
         UsageError: a benchmark or model that is not in both runs, or several models and none chosen.
     """
     shared_benchmarks(base_run, base_rows, run, rows, benchmark)
-    outcome = OUTCOMES[benchmark]
+    outcome = _item_diff(benchmark)
     a = _by_case(base_rows[benchmark], pick_model(base_run, benchmark, base_rows[benchmark], base_model,
                                                   "--base-model"))
     b = _by_case(rows[benchmark], pick_model(run, benchmark, rows[benchmark], model, "--model"))
@@ -250,5 +190,4 @@ def grouped(transitions: Sequence[Mapping[str, Any]], key: str) -> dict[str, lis
     return dict(out)
 
 
-__all__ = ["EBS_CLASSES", "OUTCOMES", "diff_rows", "ebs_relationship", "item_id", "mcnemar_p", "paired_ci", "run_diff",
-           "updown", "worse_better"]
+__all__ = ["diff_rows", "item_id", "mcnemar_p", "paired_ci", "run_diff", "updown", "worse_better"]

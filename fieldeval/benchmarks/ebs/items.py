@@ -1,10 +1,14 @@
-"""How one ebs item reads in ``runs items``, ``runs item`` and the service: its score columns and explanation."""
+"""How one ebs item reads in ``runs items``, ``runs item``, ``runs diff`` and the service."""
 
 from __future__ import annotations
 
-from fieldeval.benchmark import ItemView, lazy
+from fieldeval.benchmark import ItemDiff, ItemView, lazy
 
 SCORES = ("ontology_score", "exact_match", "relationship", "hop_distance", "hierarchy_score", "curie_label_valid",
           "in_template_enum", "enum_score", "parse_success", "pred_curie")
 
-ITEMS = ItemView(scores=SCORES, explain=lazy("fieldeval.benchmarks.ebs.explain:explain_ebs"))
+DIFF = ItemDiff(score=lazy("fieldeval.benchmarks.ebs.diffs:score"), binary_metric="exact_match",
+                binary=lazy("fieldeval.benchmarks.ebs.diffs:exact"),
+                transitions=lazy("fieldeval.benchmarks.ebs.diffs:transitions"))
+ITEMS = ItemView(scores=SCORES, explain=lazy("fieldeval.benchmarks.ebs.explain:explain_ebs"),
+                 diff=DIFF)
