@@ -134,6 +134,30 @@ def test_estimated_seconds_come_from_the_models_measured_latency_and_the_batch_s
         assert estimate_seconds(store, model="never-run", total=65, concurrency=8) == round(9 * 420 * 8 / 340)
 
 
+def test_estimated_seconds_heed_the_models_own_concurrency_and_rpm(service, tmp_path):
+    # a model capped at 2 in flight, or at 30 requests a minute, was estimated at the job's batch_size
+    from fieldeval.calls.limits import ModelLimits
+    from fieldeval.service.views import estimate_seconds, model_limits
+    from tests.test_store_api import SEED_RUNS, ibf_run
+
+    _, url = service
+    payload, rows = ibf_run(SEED_RUNS[0], items=2)
+    for row in rows["ibf"]:
+        row.update(cached=False, response_time_s=2.0)
+    model = SEED_RUNS[0]["model_name"]
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(payload, rows, {"corpus_version": "ibf-v1.0"})
+        assert estimate_seconds(store, model=model, total=65, concurrency=8) == 9 * 2
+        assert estimate_seconds(store, model=model, total=65, concurrency=8, limits=ModelLimits(concurrency=2)) == 33 * 2
+        # 30 a minute: the 65th call starts 128 s in and takes its 2 s
+        assert estimate_seconds(store, model=model, total=65, concurrency=8, limits=ModelLimits(rpm=30)) == 130
+    (tmp_path / "pyproject.toml").write_text(f'[tool.fieldeval.models."{model}"]\nconcurrency = 2\n')
+    assert model_limits(tmp_path, model) == ModelLimits(concurrency=2)
+    assert model_limits(tmp_path, "other") is None
+    (tmp_path / "pyproject.toml").write_text("not [toml")
+    assert model_limits(tmp_path, model) is None  # the job names the broken file when it runs
+
+
 def test_a_jobs_batch_size_is_its_concurrency(tmp_path):
     # the seed's batch_size is the concurrent inference requests; the job ran at pytest's default instead
     from fieldeval.service.jobs import Job, Runner

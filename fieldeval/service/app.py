@@ -122,6 +122,7 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
     store = open_store(store_url, columns=declared_columns())
     jobs = JobTable(store.engine)
     runner = Runner(jobs, store_url=_absolute(store_url), evals_dir=evals_dir.resolve(), work_dir=work_dir)
+    project = evals_dir.resolve().parent  # where the jobs run: its pyproject.toml's per-model limits apply
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -209,7 +210,8 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
                  corpus_version=body.corpus_version, label=body.label, total=total,
                  options={"batch_size": body.batch_size, "temperature": body.temperature,
                           "max_tokens": body.max_tokens})
-        estimate = views.estimate_seconds(store, model=model, total=total, concurrency=body.batch_size)
+        estimate = views.estimate_seconds(store, model=model, total=total, concurrency=body.batch_size,
+                                          limits=views.model_limits(project, model))
         runner.submit(run_id)
         return {"run_id": run_id, "status": "queued", "total_items": total, "estimated_seconds": estimate}
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fieldeval.errors import UsageError
 from fieldeval.service.jobs import ACTIVE, Job, JobTable
+
+if TYPE_CHECKING:
+    from fieldeval.calls.limits import ModelLimits
 
 # Nothing measured for a model yet: the seed's example run, 340 items in about 420 s at batch_size 8,
 # is about 9.9 s an item's calls (1.24 s an item at 8 in flight).
@@ -180,14 +184,34 @@ def measured_latency(store, model: str) -> float | None:
     return None
 
 
-def estimate_seconds(store, *, model: str, total: int, concurrency: int) -> int:
+def estimate_seconds(store, *, model: str, total: int, concurrency: int, limits: ModelLimits | None = None) -> int:
     """Seconds a job of ``total`` items should take: ``total / concurrency`` rounds of the model's measured
-    per-item latency (:func:`measured_latency`), else of the seed's (:data:`SEED_LATENCY_S`)."""
+    per-item latency (:func:`measured_latency`), else of the seed's (:data:`SEED_LATENCY_S`).
+
+    ``limits``: the model's own ``[tool.fieldeval.models."MODEL"]`` table in the project the jobs run in; its
+    ``concurrency`` caps the calls in flight, and its ``rpm`` makes a job take at least ``total / rpm`` minutes.
+    """
     latency = measured_latency(store, model)
     if latency is None:
         latency = SEED_LATENCY_S
+    if limits is not None and limits.concurrency:
+        concurrency = min(concurrency, limits.concurrency)
     rounds = math.ceil(total / max(1, min(concurrency, total or 1)))
-    return max(1, round(rounds * latency))
+    seconds = rounds * latency
+    if limits is not None and limits.rpm:
+        seconds = max(seconds, 60.0 * (total - 1) / limits.rpm + latency)  # the last call starts (total-1)/rpm in
+    return max(1, round(seconds))
+
+
+def model_limits(project: Path, model: str) -> ModelLimits | None:
+    """The model's own limits in the project's pyproject.toml; None without a table, or when it does not read (the
+    job then fails naming the file)."""
+    from fieldeval.settings import load_model_limits, tool_settings
+
+    try:
+        return load_model_limits(tool_settings(project)).get(model)
+    except UsageError:
+        return None
 
 
 def is_active(job: Job | None) -> bool:
