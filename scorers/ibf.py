@@ -91,6 +91,7 @@ def mds_batch(samples: np.ndarray) -> np.ndarray:
     and its bootstrap passes every resample at once.
 
     Example:
+        >>> import numpy as np
         >>> float(mds_batch(np.array([[[4, 3, 3, 4, 3], [2, np.nan, 1, 2, 3]]]))[0])
         2.8
     """
