@@ -31,8 +31,8 @@ def _examples() -> list[tuple[str, list[doctest.DocTest]]]:
     return found
 
 
-@pytest.mark.parametrize(("name", "tests"), _examples(), ids=lambda value: value if isinstance(value, str) else "")
-def test_the_docstring_examples_of(name, tests):
+@pytest.mark.parametrize("tests", [pytest.param(tests, id=name) for name, tests in _examples()])
+def test_the_docstring_examples_of(tests):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     out: list[str] = []
     for test in tests:
