@@ -243,6 +243,13 @@ def test_batches_cancel_of_an_unknown_id_is_one_line_and_exit_2(project):
     assert "no such batch" in refused.stderr
     missing = _fieldeval(project, "batches", "list", "--cache-path", "nowhere.sqlite")
     assert missing.returncode == 2 and "no response cache there" in missing.stderr
+    for name, content in (("empty.sqlite", b""), ("binary.sqlite", bytes(range(256)) * 8),
+                          ("bom.sqlite", "\ufeffSQLite format 3".encode())):
+        (project.path / name).write_bytes(content)
+        refused = _fieldeval(project, "batches", "list", "--cache-path", name)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "not a response cache" in refused.stderr
+        assert (project.path / name).read_bytes() == content  # left as it was
 
 
 def test_batches_are_split_to_the_providers_limits_in_order():

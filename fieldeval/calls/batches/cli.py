@@ -19,7 +19,14 @@ def _ledger(args: argparse.Namespace):
     if not path.is_file():
         raise UsageError(f"--cache-path {path}: no response cache there; pass the file a --batch session used "
                          f"(default: {DEFAULT_CACHE} under the project root)")
-    try:
+    try:  # read-only first: a file that is not a response cache is left as it was
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            probe.close()
+        if "responses" not in tables:
+            raise sqlite3.DatabaseError("it has no responses table")
         return BatchLedger(path)
     except sqlite3.DatabaseError as error:
         raise UsageError(f"--cache-path {path}: not a response cache ({error}); pass the file a --batch session "
