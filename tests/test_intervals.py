@@ -274,3 +274,21 @@ def test_a_clustered_interval_is_widened_by_the_t_quantile_of_its_clusters_less_
     # 12 clusters in 2 strata: t with 10 degrees of freedom, from SciPy, with the small-sample factor
     design = Design(clusters=tuple(f"c{i % 12}" for i in range(48)), strata=tuple(f"s{i % 12 // 6}" for i in range(48)))
     assert widening(design, 48) == pytest.approx(sqrt(12 / 11) * scipy_stats.t.ppf(0.975, 10) / Z_975, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 7, 3001, 260_001])
+@pytest.mark.parametrize("layout", ["items", "clusters", "strata"])
+def test_the_mean_of_each_resample_is_its_weighted_mean_under_the_same_draws(n, layout):
+    """Design.mean_draws sums the draws where they land, in blocks of its own size; each value is the weighted
+    mean under the matching row of weight_blocks (within_weight_blocks), which count the same draws."""
+    rng = np.random.default_rng(n)
+    data = rng.random(n).round(3)
+    clusters = tuple(rng.integers(0, max(1, n // 40), n).tolist()) if layout != "items" else None
+    strata = tuple((c % 3 for c in clusters)) if layout == "strata" else None
+    design = Design(clusters, strata)
+    resamples = 3 if n > 100_000 else 301
+    for within in [False, True]:
+        blocks = design.within_weight_blocks if within else design.weight_blocks
+        expected = np.concatenate([w @ data / w.sum(axis=1) for w in blocks(n, resamples=resamples, seed=11)])
+        found = design.mean_draws(data, resamples=resamples, seed=11, within=within)
+        np.testing.assert_allclose(found, expected, rtol=1e-12, atol=0)

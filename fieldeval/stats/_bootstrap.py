@@ -14,6 +14,7 @@ from fieldeval.rows import column
 from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 RESAMPLE_BLOCK_CELLS = 4_000_000  # cells (resamples x items) of the draws made at once
+MEAN_BLOCK_CELLS = 250_000  # draws summed at once by Design.mean_draws: a block that stays in the cache
 
 
 def resample_indices(n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -71,7 +72,9 @@ class Design:
     @functools.cached_property
     def _codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(stratum code, cluster code) per item of a clustered design, computed once per design."""
-        strata = list(map(str, self.strata)) if self.strata is not None else ["0"] * len(self.clusters)
+        if self.strata is None:  # one stratum: the clusters' own ranks are those of (stratum, cluster)
+            return np.zeros(len(self.clusters), dtype=np.int64), _ranks(list(map(str, self.clusters)))
+        strata = list(map(str, self.strata))
         return _ranks(strata), _ranks(list(zip(strata, map(str, self.clusters))))
 
     def n_clusters(self, n: int) -> int:
@@ -136,15 +139,51 @@ class Design:
             return
         block = _block(n, block)
         rng = np.random.default_rng(seed)
-        cluster = self.cells(n)[1]
-        order = np.argsort(cluster, kind="stable")  # items by cluster: each cluster a run of positions
-        sizes = np.bincount(cluster)
-        start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[cluster[order]]
-        size = sizes[cluster[order]]
+        order, start, size = self._runs(n)
         for first in range(0, resamples, block):
             k = min(block, resamples - first)
             picked = order[start + (rng.random((k, n)) * size).astype(np.int64)]
             yield _counts(picked, n).astype(float)
+
+    def mean_draws(self, data: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                   within: bool = False) -> np.ndarray:
+        """The mean of ``data`` (one value per item, none NaN) under each resample of :meth:`weight_blocks` (or,
+        ``within``, of :meth:`within_weight_blocks`): the same draws, summed where they land instead of counted
+        into weights, which costs a few nanoseconds a draw. Equal to ``weighted_mean`` under those weights but for
+        the order of the sums (the last bit)."""
+        n = len(data)
+        if n == 0:
+            return np.full(resamples, np.nan)
+        out = np.empty(resamples)
+        rng = np.random.default_rng(seed)
+        block = max(1, MEAN_BLOCK_CELLS // n)  # a generator gives the same stream in blocks of any size
+        if within and self.clusters is not None:
+            order, start, size = self._runs(n)
+            ordered, size = data[order], size.astype(float)
+            for first in range(0, resamples, block):
+                k = min(block, resamples - first)
+                landed = rng.random((k, n))
+                landed *= size
+                picked = landed.astype(np.int64)
+                picked += start
+                out[first:first + k] = ordered[picked].sum(axis=1)
+            return out / n
+        if self.clusters is not None:  # whole clusters: their weights, as the statistic would take them
+            return np.concatenate([w @ data / w.sum(axis=1)
+                                   for w in self.weight_blocks(n, resamples=resamples, seed=seed)])
+        for first in range(0, resamples, block):
+            k = min(block, resamples - first)
+            out[first:first + k] = data[rng.integers(0, n, size=(k, n))].sum(axis=1)
+        return out / n
+
+    def _runs(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Items by cluster (each cluster a run of positions in ``order``), and at each position its run's first
+        position and length: a draw ``u`` in [0, 1) at a position picks ``order[start + int(u * size)]``."""
+        cluster = self.cells(n)[1]
+        order = np.argsort(cluster, kind="stable")
+        sizes = np.bincount(cluster)
+        start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[cluster[order]]
+        return order, start, sizes[cluster[order]]
 
 
 def _ranks(keys: Sequence[Hashable]) -> np.ndarray:

@@ -112,11 +112,13 @@ def _fit(point: float, statistic: Callable[[np.ndarray], np.ndarray], n: int, de
     if np.isnan(point):
         return none, None
     if not design.clustered:
-        boot = np.concatenate([statistic(w) for w in design.weight_blocks(n, resamples=resamples, seed=seed)])
+        boot = (design.mean_draws(means, resamples=resamples, seed=seed) if means is not None else
+                np.concatenate([statistic(w) for w in design.weight_blocks(n, resamples=resamples, seed=seed)]))
         ci = list(interval(point, boot, 1.0, bounds))
         return {"ci95": ci, "ci95_within": ci}, Evidence(point, None, boot[~np.isnan(boot)], boot[~np.isnan(boot)])
     stratum, cluster = design.cells(n)
-    within = np.concatenate([statistic(w) for w in design.within_weight_blocks(n, resamples=resamples, seed=seed)])
+    within = (design.mean_draws(means, resamples=resamples, seed=seed, within=True) if means is not None else
+              np.concatenate([statistic(w) for w in design.within_weight_blocks(n, resamples=resamples, seed=seed)]))
     within = within[~np.isnan(within)]
     ci_within = list(interval(point, within, 1.0, bounds))
     if design.n_clusters(n) - design.n_strata(n) < 1:
