@@ -135,6 +135,9 @@ def test_a_binary_option_file_ends_the_session_in_one_line(pytester, option):
     "\ufeffa\t b \r\n1\t2\r\n",  # BOM, CRLF, a padded header
     "a\tb\n",  # header only
     "a\ta\n1\t2\n",  # a repeated column name
+    "a\tb\n1\t2\n\n\t4\n5\t\n",  # no quote anywhere, a blank line, empty cells: split in one pass
+    "a\tb\r1\t2\r3\t4",  # CR line ends, no last line end
+    "a\tb\n1\t2\n3\n",  # no quote, one short row: csv's rules
 ])
 def test_tsv_frame_reads_as_read_tsv_does(tmp_path, text):
     """The frame reader (`score ebs`, `score microbiorel`) keeps read_tsv's rules for every cell."""
@@ -146,6 +149,30 @@ def test_tsv_frame_reads_as_read_tsv_does(tmp_path, text):
     path.write_text(text, encoding="utf-8", newline="")
     columns, rows = read_tsv(path, what="T")
     expected = pd.DataFrame(rows, columns=columns, dtype=str).fillna("")
+    frame = read_tsv_frame(path, what="T")
+    assert list(frame.columns) == columns
+    assert frame.astype(object).values.tolist() == expected.astype(object).values.tolist()
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.text(st.characters(blacklist_characters='\t\n\r"\x00', blacklist_categories=("Cs",)),
+                                 max_size=4), min_size=1, max_size=4), min_size=1, max_size=6),
+       st.booleans())
+def test_an_unquoted_tsv_frame_reads_as_read_tsv_does(tmp_path_factory, rows, blank):
+    """Tables without a double quote (read in one pass when every row is as wide as the header) give the cells
+    csv.DictReader gives, ragged or not."""
+    import pandas as pd
+
+    from fieldeval.inputs import read_tsv, read_tsv_frame
+
+    header = [f"c{i}" for i in range(len(rows[0]))]
+    lines = ["\t".join(header), *("\t".join(row) for row in rows[1:])]
+    if blank:
+        lines.insert(min(2, len(lines)), "")
+    path = tmp_path_factory.mktemp("tsv") / "t.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="")
+    columns, expected_rows = read_tsv(path, what="T")
+    expected = pd.DataFrame(expected_rows, columns=columns, dtype=str).fillna("")
     frame = read_tsv_frame(path, what="T")
     assert list(frame.columns) == columns
     assert frame.astype(object).values.tolist() == expected.astype(object).values.tolist()
