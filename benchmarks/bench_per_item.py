@@ -51,10 +51,10 @@ pool = urllib3.PoolManager(maxsize=threads)
 
 
 def call(i):
-    body = {{"model": "mock-ok", "messages": [{{"role": "system", "content": "You are an expert."}},
-             {{"role": "user", "content": f"Sample from USA: Iowa-{{i:05d}}. Predict its env_broad_scale."}}]}}
+    body = {"model": "mock-ok", "messages": [{"role": "system", "content": "You are an expert."},
+             {"role": "user", "content": f"Sample from USA: Iowa-{i:05d}. Predict its env_broad_scale."}]}
     response = pool.request("POST", base + "/v1/chat/completions", body=json.dumps(body).encode(),
-                            headers={{"Content-Type": "application/json", "Authorization": "Bearer none"}})
+                            headers={"Content-Type": "application/json", "Authorization": "Bearer none"})
     return json.loads(response.data)["choices"][0]["message"]["content"]
 
 
@@ -84,7 +84,7 @@ def bare_pytest(folder: Path, items: int) -> float:
 
 def bare_urllib3(folder: Path, server: Server, items: int, threads: int) -> float:
     script = folder / "client.py"
-    script.write_text(URLLIB3_CLIENT.format())
+    script.write_text(URLLIB3_CLIENT)
     return child_cpu([sys.executable, str(script), server.base, str(items), str(threads)])
 
 
@@ -99,8 +99,8 @@ def main() -> None:
     server = Server(folder)
     sizes = [args.small, args.large]
     try:
-        projects = {n: (folder / f"fieldeval-{n}", None) for n in sizes}
-        projects = {n: (path, fieldeval_project(path, server, n)) for n, (path, _) in projects.items()}
+        projects = {n: (folder / f"fieldeval-{n}", fieldeval_project(folder / f"fieldeval-{n}", server, n))
+                    for n in sizes}
         commands = {}
         for n in sizes:
             commands["fieldeval -n 0 over HTTP", n] = (
