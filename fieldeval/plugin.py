@@ -42,6 +42,10 @@ _ANSWER_ERROR = pytest.StashKey["ModelCallError"]()
 # config (pytest_runtest_logreport, pytest_json_modifyreport) serve the innermost. Sessions in one process nest
 # (pytester's in-process runs) and never interleave, so it is the one whose hook is running.
 _RUNNING: list[pytest.Config] = []
+# The items running in this process, innermost last (pytest_runtest_protocol). The fixtures of eval items read
+# their item here rather than through ``request``: pytest builds a new definition of the ``request`` fixture each
+# time a fixture asks for it, which costs more than the rest of such a fixture's work.
+_ITEMS: list[pytest.Item] = []
 
 
 def eval_session(config: pytest.Config) -> EvalSession:
@@ -198,8 +202,13 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """In a large session of eval items only, each item is let go of once it has run (:mod:`fieldeval.run.memory`)."""
-    result = yield
+    """The item is the running one for the plugin's fixtures while it runs; in a large session of eval items
+    only, each item is let go of once it has run (:mod:`fieldeval.run.memory`)."""
+    _ITEMS.append(item)
+    try:
+        result = yield
+    finally:
+        _ITEMS.pop()
     releaser = item.session.stash.get(_RELEASER, None)
     if releaser is not None:
         releaser.ran(item)
@@ -309,46 +318,50 @@ def client(pytestconfig: pytest.Config):
 
 
 @pytest.fixture
-def answer(request: pytest.FixtureRequest):
+def answer():
     """The result of the solver the item's module declares (``solver=`` in its ``fieldeval`` marker): solvers run
     ahead in the session's bounded pool; the item waits for its own result (or solves it now)."""
     from fieldeval.calls.failures import ModelCallError
 
+    item = _ITEMS[-1]
     try:
-        return eval_session(request.config).solving.answer(request.node)
+        return eval_session(item.config).solving.answer(item)
     except ModelCallError as error:  # the item fails in its call phase, as if its body had made the call
-        request.node.stash[_ANSWER_ERROR] = error
+        item.stash[_ANSWER_ERROR] = error
         return None
 
 
-def _benchmark_of(request: pytest.FixtureRequest, fixture: str) -> str:
-    marker = request.node.get_closest_marker(MARKER)
-    if marker is None or (fixture == "case" and not hasattr(request, "param")):
-        raise pytest.UsageError(f"{request.node.nodeid}: the {fixture} fixture needs "
-                                f"@pytest.mark.{MARKER}(benchmark=...)")
+def _benchmark_of(item: pytest.Item, fixture: str) -> str:
+    marker = item.get_closest_marker(MARKER)
+    callspec = getattr(item, "callspec", None)
+    if marker is None or (fixture == "case" and (callspec is None or "case" not in callspec.params)):
+        raise pytest.UsageError(f"{item.nodeid}: the {fixture} fixture needs @pytest.mark.{MARKER}(benchmark=...)")
     return marker.kwargs["benchmark"]
 
 
 @pytest.fixture
-def case(request: pytest.FixtureRequest):
+def case():
     """The eval item's case, read from its benchmark's cases by the position it was parametrised with."""
-    name = _benchmark_of(request, "case")
-    return eval_session(request.config).selection.cases(name)[request.param]
+    item = _ITEMS[-1]
+    name = _benchmark_of(item, "case")
+    return eval_session(item.config).selection.cases(name)[item.callspec.params["case"]]
 
 
 @pytest.fixture
-def context(request: pytest.FixtureRequest):
+def context():
     """The eval item's benchmark context (cases, indexes, options), loaded once per process."""
-    return eval_session(request.config).selection.context(_benchmark_of(request, "context"))
+    item = _ITEMS[-1]
+    return eval_session(item.config).selection.context(_benchmark_of(item, "context"))
 
 
 @pytest.fixture
-def record(request: pytest.FixtureRequest) -> Callable[..., None]:
+def record() -> Callable[..., None]:
     """Record one row of metric values for this eval item: ``record(model=..., **values)``."""
-    _benchmark_of(request, "record")
+    item = _ITEMS[-1]
+    _benchmark_of(item, "record")
 
     def _record(**values) -> None:
-        row = collect.row_of(request, eval_session(request.config), values)
-        request.node.user_properties.append((ROW_KEY, row))
+        row = collect.row_of(item, eval_session(item.config), values)
+        item.user_properties.append((ROW_KEY, row))
 
     return _record

@@ -19,6 +19,7 @@ built once by the engine.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -133,6 +134,7 @@ class EbsScore:
     lenient_curie: str | None
 
 
+@functools.lru_cache(maxsize=4096)  # truths and answers repeat across items; the result is frozen
 def parse_label_curie(text: str) -> ParsedTerm | None:
     """Parse a strict ``label [CURIE]`` value.
 
@@ -268,16 +270,17 @@ def score_ebs_batch(
     responses: dict[str, tuple] = {}
     relations: dict[tuple[str, str], tuple[Relationship, int | None, float]] = {}
     labels = index.labels
+    parse = parse_label_curie.__wrapped__  # distinct texts only: this loop memoizes them itself
     out = []
     append = out.append
     for response, ideal, allowed in rows:
         truth = ideals.get(ideal)
         if truth is None:
-            parsed = parse_label_curie(ideal)
+            parsed = parse(ideal)
             truth = ideals[ideal] = (parsed.curie, parsed.label) if parsed else (None, None)
         pred = responses.get(response)
         if pred is None:
-            parsed = parse_label_curie(response)
+            parsed = parse(response)
             lenient = _CURIE_IN_PROSE.search(response or "")
             if parsed is None:
                 pred = (None, None, None, lenient.group(1) if lenient else None)

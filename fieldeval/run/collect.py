@@ -145,22 +145,21 @@ def amend_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
             report.longrepr = (str(item.path), (lineno or 0) + 1, f"Skipped: {error.model}: {error.detail}")
 
 
-def row_of(request: pytest.FixtureRequest, state: EvalSession, values: dict[str, Any]) -> str:
+def row_of(item: pytest.Item, state: EvalSession, values: dict[str, Any]) -> str:
     """The row an eval item records, as compact JSON (the rows file's own line): its values, how its case was drawn
     (``case_key``, ``cluster``, ``cluster_stratum``) and, for a matrix cell, its hyperparameter columns."""
-    row = {"benchmark": request.node.get_closest_marker(MARKER).kwargs["benchmark"], **values,
-           **_design_keys(request, state)}
-    combination = getattr(request.node, "callspec", None) and request.node.callspec.params.get("model")
+    row = {"benchmark": item.get_closest_marker(MARKER).kwargs["benchmark"], **values, **_design_keys(item, state)}
+    combination = getattr(item, "callspec", None) and item.callspec.params.get("model")
     if isinstance(combination, Combination):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
         row.update(combination.columns())
     return json.dumps(row, default=str, separators=(",", ":"))
 
 
-def _design_keys(request: pytest.FixtureRequest, state: EvalSession) -> dict[str, str]:
-    case = state.selection.case_of(request.node)
+def _design_keys(item: pytest.Item, state: EvalSession) -> dict[str, str]:
+    case = state.selection.case_of(item)
     if case is None:
         return {}
-    bench = state.selection.benchmark(request.node.get_closest_marker(MARKER).kwargs["benchmark"])
+    bench = state.selection.benchmark(item.get_closest_marker(MARKER).kwargs["benchmark"])
     keys = {"case_key": str(case.test_id)}
     cluster = bench.cluster_key(case)
     if cluster not in (None, ""):

@@ -57,6 +57,9 @@ PROMPT_TEMPLATE = (
     "{allowed_values_section}"
 )
 
+_NOT_ID = re.compile(r"[^A-Za-z0-9]+")  # what a pytest id writes as one underscore
+
+
 @dataclass(frozen=True)
 class EbsCase:
     """One env_broad_scale case from a suite.
@@ -81,7 +84,7 @@ class EbsCase:
     @property
     def test_id(self) -> str:
         """A readable pytest id: stratum and case."""
-        return f"{re.sub(r'[^A-Za-z0-9]+', '_', self.stratum).strip('_')}-{self.case_id}"
+        return f"{_NOT_ID.sub('_', self.stratum).strip('_')}-{self.case_id}"
 
 
 @dataclass(frozen=True)
