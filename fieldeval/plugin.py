@@ -334,7 +334,7 @@ def answer():
 def _benchmark_of(item: pytest.Item, fixture: str) -> str:
     marker = item.get_closest_marker(MARKER)
     callspec = getattr(item, "callspec", None)
-    if marker is None or (fixture == "case" and (callspec is None or "case" not in callspec.params)):
+    if marker is None or (fixture in ("case", "model") and (callspec is None or fixture not in callspec.params)):
         raise pytest.UsageError(f"{item.nodeid}: the {fixture} fixture needs @pytest.mark.{MARKER}(benchmark=...)")
     return marker.kwargs["benchmark"]
 
@@ -345,6 +345,14 @@ def case():
     item = _ITEMS[-1]
     name = _benchmark_of(item, "case")
     return eval_session(item.config).selection.cases(name)[item.callspec.params["case"]]
+
+
+@pytest.fixture
+def model():
+    """The eval item's model (a ``--matrix`` combination where the run has one), as it was parametrised."""
+    item = _ITEMS[-1]
+    _benchmark_of(item, "model")
+    return item.callspec.params["model"]
 
 
 @pytest.fixture

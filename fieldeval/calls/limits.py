@@ -9,8 +9,9 @@ its slot stays taken until that deadline, then is free again. A wait for a
 slot ends after a deadline too. ``[tool.fieldeval.models."MODEL"]`` may set a model's own
 ``concurrency`` (slot files of its own) and ``rpm``; ``--rpm N`` caps every
 model's requests per minute through a pyrate-limiter bucket in a SQLite file
-all workers share. Without a session folder (scripts), the slots are this
-process's semaphores.
+all workers share. Without a session folder (scripts), or in a session that
+runs in one process (no xdist workers), the slots are this process's
+semaphores.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ class CallLimits:
         rate_dir: the session folder: shared slot files and rate-limit file (None: this process only).
         hold_s: how long a slot of a process that died during its call stays taken (the call timeout; None: the
             slot is free as soon as the process is gone).
+        alone: no other process of the session makes calls (no xdist workers): the slots are this process's
+            semaphores, with no file lock and no deadline written per call (set before the first call).
     """
 
     concurrency: int = DEFAULT_CONCURRENCY
@@ -151,6 +154,7 @@ class CallLimits:
     worker: tuple[int, int] = (0, 1)
     rate_dir: Path | None = None
     hold_s: float | None = None
+    alone: bool = False
     _slots: dict[str | None, LocalSlots | FileSlots] = field(default_factory=dict, init=False, repr=False)
     _limiters: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -176,7 +180,7 @@ class CallLimits:
         with self._lock:
             if model not in self._slots:
                 count = self.bound(model)
-                if self.rate_dir is None:
+                if self.rate_dir is None or self.alone:
                     self._slots[model] = LocalSlots(count)
                 else:
                     name = "all" if model is None else "model-" + _digest(model)

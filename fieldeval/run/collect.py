@@ -25,7 +25,10 @@ def tag(item: pytest.Item) -> tuple[str, Any] | None:
 
 
 def parametrize(metafunc: pytest.Metafunc, state: EvalSession | None, name: Any) -> None:
-    """Parametrise an eval function over its benchmark's cases (by position, with the cases' own ids) and models."""
+    """Parametrise an eval function over its benchmark's cases (by position, with the cases' own ids) and models.
+
+    Both through the plugin's ``case`` and ``model`` fixtures (indirect): a directly parametrised argument costs
+    pytest a ``request`` fixture definition per item, built from the signature of its getter."""
     if state is None or name not in state.selected:  # a marker the module's source does not show (added by a hook)
         exit_on_usage_error(lambda: _unplanned(metafunc, name))
     selection = state.selection
@@ -40,9 +43,9 @@ def parametrize(metafunc: pytest.Metafunc, state: EvalSession | None, name: Any)
         metafunc.parametrize("case", range(len(ids)), ids=ids, indirect=True)
     if "model" in metafunc.fixturenames:
         if state.options.designed:  # combinations: ids like gpt-4o-mini-t0.7 (and -e2 for the second epoch)
-            metafunc.parametrize("model", models, ids=[m.test_id for m in models])
+            metafunc.parametrize("model", models, ids=[m.test_id for m in models], indirect=True)
         else:
-            metafunc.parametrize("model", models)
+            metafunc.parametrize("model", models, indirect=True)
 
 
 def _unplanned(metafunc: pytest.Metafunc, name: object) -> None:
@@ -70,7 +73,7 @@ def _parametrize_jointly(metafunc: pytest.Metafunc, ids: list[str], models: list
         return False
     # case-major, as the second call copies each case's callspec once per model
     metafunc.parametrize(["case", "model"], [(at, model) for at in range(len(ids)) for model in models], ids=joint,
-                         indirect=["case"])
+                         indirect=True)
     return True
 
 

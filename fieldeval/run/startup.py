@@ -102,6 +102,8 @@ def prepare_run(config: pytest.Config, started: Started) -> None:
             line = size_workers(config, state.selection.expected_items())
             if line is not None:
                 sys.stderr.write(line + "\n")
+        if not getattr(config.option, "numprocesses", None):  # no xdist worker starts: this process makes every call
+            state.client.limits.alone = True
 
 
 def new_session(config: pytest.Config, options: EngineOptions, bench_options: dict[str, Any], *,
