@@ -67,8 +67,11 @@ def _joined(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+    from fieldeval.stats.threads import one_blas_thread
+
     try:
-        return args.func(args)
+        with one_blas_thread():
+            return args.func(args)
     except UsageError as error:
         print(f"fieldeval: {error}", file=sys.stderr)
         return 2

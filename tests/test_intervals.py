@@ -15,6 +15,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 from scipy import stats as scipy_stats
 
+from fieldeval.stats._bootstrap import COUNTED_FROM
 from fieldeval.stats.power import clustered_se, power_analysis
 from fieldeval.stats import (
     Design,
@@ -279,10 +280,11 @@ def test_a_clustered_interval_is_widened_by_the_t_quantile_of_its_clusters_less_
 @pytest.mark.parametrize("n", [1, 7, 3001, 260_001])
 @pytest.mark.parametrize("layout", ["items", "clusters", "strata"])
 def test_the_mean_of_each_resample_is_its_weighted_mean_under_the_same_draws(n, layout):
-    """Design.mean_draws sums the draws where they land, in blocks of its own size; each value is the weighted
-    mean under the matching row of weight_blocks (within_weight_blocks), which count the same draws."""
+    """Design.mean_draws sums the draws where they land, in blocks of its own size; where it draws every item
+    (values that seldom repeat, or fewer than COUNTED_FROM items), each value is the weighted mean under the
+    matching row of weight_blocks (within_weight_blocks), which count the same draws."""
     rng = np.random.default_rng(n)
-    data = rng.random(n).round(3)
+    data = rng.random(n) if n >= COUNTED_FROM else rng.random(n).round(1)
     clusters = tuple(rng.integers(0, max(1, n // 40), n).tolist()) if layout != "items" else None
     strata = tuple((c % 3 for c in clusters)) if layout == "strata" else None
     design = Design(clusters, strata)
@@ -292,3 +294,61 @@ def test_the_mean_of_each_resample_is_its_weighted_mean_under_the_same_draws(n, 
         expected = np.concatenate([w @ data / w.sum(axis=1) for w in blocks(n, resamples=resamples, seed=11)])
         found = design.mean_draws(data, resamples=resamples, seed=11, within=within)
         np.testing.assert_allclose(found, expected, rtol=1e-12, atol=0)
+
+
+def test_counted_draws_of_a_share_follow_its_exact_bootstrap_law():
+    # 6,000 items of 0/1: the resampled count of ones is Binomial(6000, share) exactly; counted (not drawn) here
+    from fieldeval.stats._bootstrap import _Tally
+
+    data = np.zeros(6_000)
+    data[:1_800] = 1.0
+    assert _Tally.of(np.zeros(len(data), dtype=np.int64), data).counted
+    ones = np.rint(Design().mean_draws(data, resamples=20_000, seed=4) * len(data)).astype(int)
+    edges = np.arange(1_680, 1_921, 8)  # bins of 8 counts over +/- 4.5 standard deviations, the tails apart
+    found = np.histogram(ones, bins=np.concatenate([[0], edges, [len(data) + 1]]))[0]
+    law = scipy_stats.binom(len(data), 0.3)
+    expected = np.diff(law.cdf(np.concatenate([[-1], edges - 1, [len(data)]]))) * len(ones)
+    assert scipy_stats.chisquare(found, expected).pvalue > 1e-3
+
+
+def test_mixed_counted_and_drawn_clusters_keep_the_within_bootstrap_law():
+    # counted clusters (many items, few values), drawn ones (values that do not repeat) and one-valued ones
+    # (no draw at all) together: the mean and spread of the within bootstrap, and its law against item draws
+    from fieldeval.stats._bootstrap import _Tally
+
+    rng = np.random.default_rng(6)
+    parts = [rng.integers(0, 3, 900) / 2, rng.integers(0, 2, 700).astype(float), rng.random(300), rng.random(150),
+             np.full(400, 0.25), np.full(50, 1.0)]
+    data = np.concatenate(parts)
+    clusters = tuple(np.repeat(np.arange(len(parts)), [len(p) for p in parts]).tolist())
+    design = Design(clusters)
+    tally = _Tally.of(design.cells(len(data))[1], data)
+    assert len(tally.counted) == 2 and tally.drawn.sum() == 450 and tally.fixed == 0.25 * 400 + 50
+    draws = design.mean_draws(data, resamples=20_000, seed=8, within=True)
+    variance = sum(len(p) * p.var() for p in parts) / len(data) ** 2  # each cluster's items drawn i.i.d.
+    assert abs(draws.mean() - data.mean()) < 5 * np.sqrt(variance / len(draws))
+    assert draws.var() == pytest.approx(variance, rel=0.05)
+    item_draws = np.concatenate([w @ data / w.sum(axis=1) for w in design.within_weight_blocks(
+        len(data), resamples=20_000, seed=9, block=2_000)])
+    assert scipy_stats.ks_2samp(draws, item_draws).pvalue > 1e-3
+
+
+def test_commands_run_blas_on_one_thread_unless_the_environment_sets_its_threads(monkeypatch):
+    # OpenBLAS's idle threads spin after each small product: a fifth of score ebs's CPU at 44,000 rows
+    from threadpoolctl import threadpool_info
+
+    from fieldeval.stats.threads import BLAS_THREAD_VARIABLES, one_blas_thread
+
+    def blas_threads() -> list[int]:
+        return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+    for name in BLAS_THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    before = blas_threads()
+    assert before  # numpy's BLAS is loaded
+    with one_blas_thread():
+        assert blas_threads() == [1] * len(before)
+    assert blas_threads() == before
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    with one_blas_thread():
+        assert blas_threads() == before

@@ -15,6 +15,8 @@ from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 RESAMPLE_BLOCK_CELLS = 4_000_000  # cells (resamples x items) of the draws made at once
 MEAN_BLOCK_CELLS = 250_000  # draws summed at once by Design.mean_draws: a block that stays in the cache
+COUNTED_PER_VALUE = 32  # items per distinct value from which a group's value counts are drawn, not its items
+COUNTED_FROM = 2_000  # items from which Design.mean_draws counts values: smaller data keep the draws they always had
 
 
 def resample_indices(n: int, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -148,42 +150,121 @@ class Design:
     def mean_draws(self, data: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
                    within: bool = False) -> np.ndarray:
         """The mean of ``data`` (one value per item, none NaN) under each resample of :meth:`weight_blocks` (or,
-        ``within``, of :meth:`within_weight_blocks`): the same draws, summed where they land instead of counted
-        into weights, which costs a few nanoseconds a draw. Equal to ``weighted_mean`` under those weights but for
-        the order of the sums (the last bit)."""
+        ``within``, of :meth:`within_weight_blocks`): the same bootstrap, at a fraction of its cost.
+
+        A resample draws each group's items with replacement, as many as it has (the group: every item, or,
+        ``within``, each cluster). The mean is a sum of each group's distinct values times how often they
+        were drawn, and those counts are multinomial with the values' shares of the group. So a group
+        with one value adds it without a draw, and one with at least :data:`COUNTED_PER_VALUE` items per
+        distinct value draws those counts (a binomial per value) instead of an item per draw, in data of at
+        least :data:`COUNTED_FROM` items (smaller data draw every item, as they always have). The other groups'
+        draws are summed where they land: the draws :meth:`weight_blocks` (:meth:`within_weight_blocks`)
+        counts, so that where every group is drawn this is ``weighted_mean`` under those weights but for the
+        order of the sums (the last bit). Counted groups are drawn first, then the others; the stream does not
+        depend on the blocks.
+        """
         n = len(data)
         if n == 0:
             return np.full(resamples, np.nan)
-        out = np.empty(resamples)
+        if self.clusters is not None and not within:  # whole clusters: their weights, as the statistic would take them
+            return np.concatenate([w @ data / w.sum(axis=1)
+                                   for w in self.weight_blocks(n, resamples=resamples, seed=seed)])
         rng = np.random.default_rng(seed)
-        block = max(1, MEAN_BLOCK_CELLS // n)  # a generator gives the same stream in blocks of any size
-        if within and self.clusters is not None:
-            order, start, size = self._runs(n)
-            ordered, size = data[order], size.astype(float)
+        grouped = within and self.clusters is not None
+        tally = _Tally.of(self.cells(n)[1] if grouped else np.zeros(n, dtype=np.int64), data)
+        out = np.full(resamples, tally.fixed)
+        if tally.counted:
+            tally.add_counted(out, rng)
+        if tally.drawn.all() and not grouped:  # every item drawn from all: the draws of weight_blocks
+            block = max(1, MEAN_BLOCK_CELLS // n)
             for first in range(0, resamples, block):
                 k = min(block, resamples - first)
-                landed = rng.random((k, n))
+                out[first:first + k] += data[rng.integers(0, n, size=(k, n))].sum(axis=1)
+        elif tally.drawn.any():  # the drawn groups' items, each group a run: draws as within_weight_blocks makes
+            groups = self.cells(n)[1][tally.drawn] if grouped else np.zeros(int(tally.drawn.sum()), dtype=np.int64)
+            order, start, size = _runs_of(groups)
+            ordered, size = data[tally.drawn][order], size.astype(float)
+            m = len(ordered)
+            block = max(1, MEAN_BLOCK_CELLS // m)
+            for first in range(0, resamples, block):
+                k = min(block, resamples - first)
+                landed = rng.random((k, m))
                 landed *= size
                 picked = landed.astype(np.int64)
                 picked += start
-                out[first:first + k] = ordered[picked].sum(axis=1)
-            return out / n
-        if self.clusters is not None:  # whole clusters: their weights, as the statistic would take them
-            return np.concatenate([w @ data / w.sum(axis=1)
-                                   for w in self.weight_blocks(n, resamples=resamples, seed=seed)])
-        for first in range(0, resamples, block):
-            k = min(block, resamples - first)
-            out[first:first + k] = data[rng.integers(0, n, size=(k, n))].sum(axis=1)
+                out[first:first + k] += ordered[picked].sum(axis=1)
         return out / n
 
     def _runs(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Items by cluster (each cluster a run of positions in ``order``), and at each position its run's first
-        position and length: a draw ``u`` in [0, 1) at a position picks ``order[start + int(u * size)]``."""
-        cluster = self.cells(n)[1]
-        order = np.argsort(cluster, kind="stable")
-        sizes = np.bincount(cluster)
-        start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[cluster[order]]
-        return order, start, sizes[cluster[order]]
+        """:func:`_runs_of` the items' clusters."""
+        return _runs_of(self.cells(n)[1])
+
+
+def _runs_of(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items by group (each group a run of positions in ``order``), and at each position its run's first
+    position and length: a draw ``u`` in [0, 1) at a position picks ``order[start + int(u * size)]``."""
+    order = np.argsort(groups, kind="stable")
+    sizes = np.bincount(groups)
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]])[groups[order]]
+    return order, start, sizes[groups[order]]
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """The groups of a resample (items drawn with replacement within each) by their distinct values.
+
+    Attributes:
+        fixed: the summed values of the groups with one value, which every resample draws alike.
+        counted: per counted group, its size, its distinct values and their counts.
+        drawn: which items belong to the groups whose items are drawn one by one.
+    """
+
+    fixed: float
+    counted: list[tuple[int, np.ndarray, np.ndarray]]
+    drawn: np.ndarray
+
+    @classmethod
+    def of(cls, groups: np.ndarray, data: np.ndarray) -> _Tally:
+        """The tally of ``data`` in ``groups`` (one code per item): below :data:`COUNTED_FROM` items, every
+        item drawn."""
+        if len(data) < COUNTED_FROM:
+            return cls(0.0, [], np.ones(len(data), dtype=bool))
+        order = np.lexsort((data, groups))
+        g, v = groups[order], data[order]
+        new = np.empty(len(v), dtype=bool)
+        new[0] = True
+        new[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+        first = np.flatnonzero(new)  # each (group, value) pair's first position
+        pair_group, pair_value = g[first], v[first]
+        pair_count = np.diff(np.append(first, len(v)))
+        sizes = np.bincount(groups)
+        distinct = np.bincount(pair_group, minlength=len(sizes))
+        single = distinct[pair_group] == 1
+        fixed = float(pair_value[single] @ pair_count[single])
+        counts = (sizes >= COUNTED_PER_VALUE * distinct) & (distinct > 1)
+        counted = []
+        for group in np.flatnonzero(counts):
+            lo, hi = np.searchsorted(pair_group, [group, group + 1])
+            counted.append((int(sizes[group]), pair_value[lo:hi], pair_count[lo:hi]))
+        drawn = (distinct > 1) & ~counts
+        return cls(fixed, counted, drawn[groups])
+
+    def add_counted(self, out: np.ndarray, rng: np.random.Generator) -> None:
+        """Add to each resample in ``out`` the counted groups' sums: each group's value counts drawn as one
+        multinomial of its size over the values' shares (the groups padded in front with values of share 0,
+        so each group's last value takes what is left, exactly)."""
+        width = max(len(values) for _, values, _ in self.counted)
+        sizes = np.array([size for size, _, _ in self.counted])
+        shares = np.zeros((len(sizes), width))
+        values = np.zeros((len(sizes), width))
+        for row, (size, vals, counts) in enumerate(self.counted):
+            shares[row, width - len(vals):] = counts / size
+            values[row, width - len(vals):] = vals
+        block = max(1, MEAN_BLOCK_CELLS // shares.size)
+        for first in range(0, len(out), block):
+            k = min(block, len(out) - first)
+            drawn = rng.multinomial(sizes, shares, size=(k, len(sizes)))
+            out[first:first + k] += np.einsum("kgv,gv->k", drawn, values)
 
 
 def _ranks(keys: Sequence[Hashable]) -> np.ndarray:
