@@ -15,7 +15,7 @@ from fieldeval.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 RESAMPLE_BLOCK_CELLS = 4_000_000  # cells (resamples x items) of the draws made at once
 MEAN_BLOCK_CELLS = 250_000  # draws summed at once by Design.mean_draws: a block that stays in the cache
-COUNTED_PER_VALUE = 32  # items per distinct value from which a group's value counts are drawn, not its items
+COUNTED_PER_VALUE = 16  # items per value from which a group's value counts are drawn (a binomial: about 13 draws)
 COUNTED_FROM = 2_000  # items from which Design.mean_draws counts values: smaller data keep the draws they always had
 
 

@@ -220,6 +220,8 @@ def _cells(column) -> list[str]:
         values = column.tolist()
         if set(map(type, values)) <= {str}:  # text as it is: nothing to format or blank
             return values
+    if isinstance(column.dtype, pd.StringDtype):  # text with missing cells (NA) blank, not an element at a time
+        return column.to_numpy(dtype=object, na_value="").tolist()
     codes, uniques = pd.factorize(column)
     return _values([*map(str, uniques), ""])[codes].tolist()  # code -1 (missing) is the blank
 
