@@ -55,9 +55,11 @@ def read_text(path: str | Path, *, what: str, hint: str = "", empty_ok: bool = F
     except UnicodeDecodeError as error:
         raise UsageError(f"{what} {path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
                          f"{error.start}){fix}") from None
-    if not text.strip() and not empty_ok:
+    if (not text or text.isspace()) and not empty_ok:  # not text.strip(), which copies the text
         raise UsageError(f"{what} {path}: the file is empty{fix}")
-    return text.replace("\r\n", "\n").replace("\r", "\n") if line_ends else text
+    if not line_ends or b"\r" not in data:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_tsv(path: str | Path, *, what: str, required: Sequence[str] = (), hint: str = "",

@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fieldeval.stats import mean_metric
 from tests.conftest import TINY_ENUMS, TINY_SELECTOR
 
@@ -89,3 +92,18 @@ def test_a_results_tables_studies_come_from_its_original_input_or_its_prompt():
                        "case_input": ["x", "y", "Predict.\nStudy: Lake Erie (AY9)\nDescription: z"]})
     assert table_studies(df) == ["Soil warming", "Peat bog", "Lake Erie"]
     assert table_studies(df.iloc[:, :1]) is None  # the third row names no study: rows count as independent
+
+
+@settings(max_examples=300)
+@given(name=st.text(alphabet=st.sampled_from("ab '\"\\:{}"), max_size=12),
+       rest=st.dictionaries(st.sampled_from(["sampleData", "study", "env"]), st.text(max_size=4), max_size=2))
+def test_a_study_read_from_the_start_of_an_original_input_is_what_the_pattern_reads(name, rest):
+    # upstream's str(dict) starts with the study name: that is read without the pattern when nothing is escaped
+    import pandas as pd
+
+    from fieldeval.benchmarks.ebs.tables import STUDY_FIELD, table_studies
+
+    text = str({"study_name": name, **rest})
+    found = STUDY_FIELD.search(text)
+    expected = (found.group(1) or found.group(2) or "") if found else ""
+    assert table_studies(pd.DataFrame({"case_original_input": [text]})) == ([expected] if expected else None)

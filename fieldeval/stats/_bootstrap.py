@@ -251,20 +251,23 @@ class _Tally:
 
     def add_counted(self, out: np.ndarray, rng: np.random.Generator) -> None:
         """Add to each resample in ``out`` the counted groups' sums: each group's value counts drawn as one
-        multinomial of its size over the values' shares (the groups padded in front with values of share 0,
-        so each group's last value takes what is left, exactly)."""
-        width = max(len(values) for _, values, _ in self.counted)
-        sizes = np.array([size for size, _, _ in self.counted])
-        shares = np.zeros((len(sizes), width))
-        values = np.zeros((len(sizes), width))
-        for row, (size, vals, counts) in enumerate(self.counted):
-            shares[row, width - len(vals):] = counts / size
-            values[row, width - len(vals):] = vals
-        block = max(1, MEAN_BLOCK_CELLS // shares.size)
-        for first in range(0, len(out), block):
-            k = min(block, len(out) - first)
-            drawn = rng.multinomial(sizes, shares, size=(k, len(sizes)))
-            out[first:first + k] += np.einsum("kgv,gv->k", drawn, values)
+        multinomial of its size over the values' shares, its commonest value last (it takes what is left,
+        exactly, without a draw). Groups with as many values are drawn together, fewest values first."""
+        by_width: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        for group in self.counted:
+            by_width.setdefault(len(group[1]), []).append(group)
+        for width in sorted(by_width):
+            groups = by_width[width]
+            sizes = np.array([size for size, _, _ in groups])
+            shares, values = np.empty((len(groups), width)), np.empty((len(groups), width))
+            for row, (size, vals, counts) in enumerate(groups):
+                rank = np.argsort(counts, kind="stable")
+                shares[row], values[row] = counts[rank] / size, vals[rank]
+            block = max(1, MEAN_BLOCK_CELLS // shares.size)
+            for first in range(0, len(out), block):
+                k = min(block, len(out) - first)
+                drawn = rng.multinomial(sizes, shares, size=(k, len(groups)))
+                out[first:first + k] += np.einsum("kgv,gv->k", drawn, values)
 
 
 def _ranks(keys: Sequence[Hashable]) -> np.ndarray:
