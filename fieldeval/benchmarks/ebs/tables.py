@@ -62,12 +62,14 @@ def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]])
     import pandas as pd
 
     check_results_columns(df.columns)
-    keys = zip(_texts(df["response_text"]), _texts(df["case_ideal"]), _templates(df))
-    first: dict[tuple[str, str, str], int] = {}
-    codes = np.fromiter((first.setdefault(key, len(first)) for key in keys), dtype=np.intp, count=len(df))
+    keys = list(zip(_texts(df["response_text"]), _texts(df["case_ideal"]), _templates(df)))
+    first = dict.fromkeys(keys)  # each distinct triple, in the order of its first row
+    distinct = len(first) == len(df)  # every row its own triple: nothing to spread back
     scores = score_ebs_batch(((response, ideal, enums.get(template)) for response, ideal, template in first),
                              index=index)
-    distinct = len(first) == len(df)  # every row its own triple: the codes are 0..n-1
+    if not distinct:
+        code = dict(zip(first, range(len(first))))
+        codes = np.fromiter(map(code.__getitem__, keys), dtype=np.intp, count=len(df))
     columns = {name: _values(values) if distinct else _values(values)[codes]
                for name, values in zip(SCORE_FIELDS, zip(*scores))}
     for name in COST_COLUMNS:
