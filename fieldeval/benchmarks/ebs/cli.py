@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 
 from fieldeval.benchmark import CliGroups
@@ -29,6 +30,7 @@ def _score_ebs(args: argparse.Namespace) -> int:
     enums = load_enums(Path(args.enum_dir) if args.enum_dir else None)
     check_results_columns(df.columns)  # before the (slower) ontology load
     index = load_index(args.ontology)
+    gc.freeze()  # the imports, the table read and the index live to the end: no collection walks them again
     scored = score_results(df, index=index, enums=enums)
     outdir = Path(args.outdir) if args.outdir else path.parent
     outdir.mkdir(parents=True, exist_ok=True)
