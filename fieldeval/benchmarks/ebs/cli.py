@@ -30,7 +30,9 @@ def _score_ebs(args: argparse.Namespace) -> int:
     enums = load_enums(Path(args.enum_dir) if args.enum_dir else None)
     check_results_columns(df.columns)  # before the (slower) ontology load
     index = load_index(args.ontology)
-    gc.freeze()  # the imports, the table read and the index live to the end: no collection walks them again
+    # the imports, the table read and the index live to the end: no collection walks them again (refcounting
+    # still frees them; not unfrozen after, which would have the collection at exit walk them all)
+    gc.freeze()
     scored = score_results(df, index=index, enums=enums)
     outdir = Path(args.outdir) if args.outdir else path.parent
     outdir.mkdir(parents=True, exist_ok=True)
