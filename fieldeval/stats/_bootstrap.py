@@ -171,7 +171,8 @@ class Design:
                                    for w in self.weight_blocks(n, resamples=resamples, seed=seed)])
         rng = np.random.default_rng(seed)
         grouped = within and self.clusters is not None
-        tally = _Tally.of(self.cells(n)[1] if grouped else np.zeros(n, dtype=np.int64), data)
+        groups = self.cells(n)[1] if grouped else np.zeros(n, dtype=np.int64)
+        tally = _Tally.of(groups, data)
         out = np.full(resamples, tally.fixed)
         if tally.counted:
             tally.add_counted(out, rng)
@@ -181,8 +182,7 @@ class Design:
                 k = min(block, resamples - first)
                 out[first:first + k] += data[rng.integers(0, n, size=(k, n))].sum(axis=1)
         elif tally.drawn.any():  # the drawn groups' items, each group a run: draws as within_weight_blocks makes
-            groups = self.cells(n)[1][tally.drawn] if grouped else np.zeros(int(tally.drawn.sum()), dtype=np.int64)
-            order, start, size = _runs_of(groups)
+            order, start, size = _runs_of(groups[tally.drawn])
             ordered, size = data[tally.drawn][order], size.astype(float)
             m = len(ordered)
             block = max(1, MEAN_BLOCK_CELLS // m)
