@@ -13,6 +13,7 @@ class BaselineModel(llm.Model):
     """An offline llm model whose answer is ``respond(prompt)``: subclasses set ``model_id`` and ``respond``."""
 
     can_stream = False
+    in_process: ClassVar[bool] = True  # answered in the calling thread: it computes, never waits (ModelClient)
     respond: ClassVar[Callable[[str], str]]
 
     class Options(llm.Options):

@@ -178,3 +178,31 @@ def test_a_command_with_other_tests_keeps_its_workers(project):
     result, _ = run_calls(project, "fake-slow", "test_plain.py", "-n", "2")
     result.assert_outcomes(passed=31)
     assert "created: 2/2 workers" in result.stdout.str() and "fieldeval: -n" not in result.stderr.str()
+
+
+def test_an_offline_baseline_answers_in_the_calling_thread_and_a_plugin_model_in_its_own(monkeypatch):
+    # a baseline only computes (no thread per call); any other llm model keeps the thread --call-timeout needs
+    import threading
+
+    import llm
+
+    from fieldeval import ModelClient
+
+    class Plugin(llm.Model):
+        model_id = "plugin-echo"
+        can_stream = False
+
+        def execute(self, prompt, stream, response, conversation):
+            yield f"echo: {prompt.prompt}"
+
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), start(self))[1])
+    client = ModelClient(cache_mode="off")
+    client._models["plugin-echo"] = Plugin()
+    from fieldeval.benchmarks.ibf.baseline import floor_response
+
+    question = "Hazard: flood. Location: Dhaka. What should households do?"
+    assert client.complete("ibf-floor", question).text == floor_response(question) and started == []
+    assert client.complete("plugin-echo", "hello").text == "echo: hello"
+    assert started == ["fieldeval-call-plugin-echo"]

@@ -47,6 +47,7 @@ class Intake:
         self._rows: dict[str, list[dict]] = defaultdict(list)
         self._strings: dict[str, dict[str, str]] = {}  # each row field's text values, one copy each (_shared)
         self._item_properties: dict[Key, tuple[str, str]] = {}
+        self._item_keys: dict[str, Key] = {}  # an item tag's text -> (benchmark, model)
         self._on_failed, self._on_error, self._on_item, self._on_chunk = on_failed, on_error, on_item, on_chunk
 
     def item_property(self, tag: tuple[str, Any]) -> tuple[str, str]:
@@ -64,12 +65,14 @@ class Intake:
         props = dict(report.user_properties)
         if ITEM_KEY not in props:
             return
-        item = json.loads(props[ITEM_KEY])
-        key = (item["benchmark"], item["model"])
+        key = self._item_keys.get(props[ITEM_KEY])
+        if key is None:  # each distinct tag is parsed once (three reports an item, from any process)
+            item = json.loads(props[ITEM_KEY])
+            key = self._item_keys[props[ITEM_KEY]] = (item["benchmark"], item["model"])
         # an item skipped after its model failed permanently was not evaluated: it counts as errored
         errored = report.failed or (report.skipped and ERROR_KEY in props)
         if report.skipped and ERROR_KEY in props:
-            self.skipped_after_permanent[item["model"]] += 1
+            self.skipped_after_permanent[key[1]] += 1
         if report.failed:
             self._on_failed()
         if errored:
