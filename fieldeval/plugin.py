@@ -156,6 +156,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         collect.deselect(config, state, items)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """In an eval session, a module's parametrised items find their function's file and line once, before
+    pytest-json-report and the terminal read each item's location."""
+    if _innermost() is not None and len(report.result) > 1:
+        from fieldeval.run import memory
+
+        memory.share_locations(report.result)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan the progress counts, start the solvers, and, in a large session, let go of what collection built."""
     state = _active(session.config)

@@ -95,3 +95,56 @@ def test_syrupy_keeps_its_snapshot_session_on_the_config_with_start(seen):
 
 def test_hypothesis_registers_its_pytest_plugin_under_the_name_fieldeval_drops(seen):
     assert seen["hypothesis"], f"drop_idle_hypothesis_plugin: no plugin named {memory.HYPOTHESIS_PLUGIN!r}"
+
+
+SHARED_SOURCE = '''
+import pytest
+
+
+@pytest.mark.parametrize("case", ["a", "b/[c]", "d|e"])
+@pytest.mark.parametrize("model", [1, 2])
+def test_items(case, model):
+    pass
+
+
+def test_single():
+    pass
+
+
+class TestGroup:
+    @pytest.mark.parametrize("n", range(3))
+    def test_method(self, n):
+        pass
+
+
+@pytest.mark.parametrize("n", range(2))
+def test_items_later(n):
+    pass
+'''
+
+
+def _items(pytester) -> list:
+    """The items of SHARED_SOURCE, freshly collected (fieldeval's and syrupy's plugins off)."""
+    module = pytester.getmodulecol(SHARED_SOURCE, configargs=("-p", "no:fieldeval.plugin", "-p", "no:syrupy"))
+    return pytester.genitems([module])
+
+
+def test_shared_locations_are_those_pytest_finds_item_by_item(pytester):
+    # the independent expectation: pytest's own Item.location, computed for each item of a second collection
+    own = [item.location for item in _items(pytester)]
+    items = _items(pytester)
+    by_parent: dict = {}
+    for item in items:
+        by_parent.setdefault(item.parent, []).append(item)
+    shared = sum(memory.share_locations(nodes) for nodes in by_parent.values())
+    assert shared == len(items) - 4  # all but the first item of each of the four functions
+    assert sum("location" in item.__dict__ for item in items) == len(items)
+    assert [item.location for item in items] == own
+    assert len({location[2] for location in own}) == len(own) == 12
+
+
+def test_a_shared_location_is_what_pytest_then_reads(pytester):
+    first, second = _items(pytester)[:2]
+    memory.share_locations([first, second])
+    second.__dict__["location"] = ("elsewhere.py", 7, "name")
+    assert second.location == ("elsewhere.py", 7, "name"), "share_locations: Item.location is no longer cached"

@@ -29,6 +29,10 @@ release of the other project changes what it relies on. What each buys:
   cyclic collector never walks the collected items or the parsed rows again.
 - :func:`trim_heap` (glibc's ``malloc_trim``): the finished items' free C-heap pages
   (30 MB at 100,000 items) go back to the system before the rows are parsed.
+- :func:`share_locations` (``Item.location``, a cached property): the items of one
+  parametrised function take the file and line found for the first of them; each
+  item's own would look the function's file up again (``getfslineno``, a ``stat``
+  each), about 0.05 ms an item (``benchmarks/RESULTS.md``).
 - :func:`json_report`: pytest-json-report's report, read after its
   ``pytest_sessionfinish`` built it, so the run's files write it (per run, atomically).
 """
@@ -239,6 +243,29 @@ def collect_and_freeze() -> None:
     gc.freeze()
 
 
+def share_locations(nodes: Sequence[Any]) -> int:
+    """Give each plain :class:`pytest.Function` among ``nodes`` (a collector's result) the location of the first
+    item of the same function under the same parent, with its own test name, as pytest would find it; how many.
+
+    The file and line are the function's (``getfslineno(item.obj)``), the same for every parametrised item of it;
+    the name is the item's ``getmodpath()``. Items of another class (a plugin's) are left to pytest.
+    """
+    first: dict[tuple[Any, str], tuple[str, int | None]] = {}
+    shared = 0
+    for node in nodes:
+        if type(node) is not pytest.Function or "location" in node.__dict__:
+            continue
+        key = (node.parent, node.originalname)
+        where = first.get(key)
+        if where is None:
+            path, lineno, _ = node.location
+            first[key] = (path, lineno)
+        else:
+            node.__dict__["location"] = (*where, node.getmodpath())
+            shared += 1
+    return shared
+
+
 def json_report(config: pytest.Config) -> dict | None:
     """pytest-json-report's report of the session once its ``pytest_sessionfinish`` built it, else None."""
     report = getattr(getattr(config, JSON_REPORT_ATTR, None), "report", None)
@@ -271,4 +298,4 @@ def _malloc_trim() -> Any:
 
 __all__ = ["PASSED", "FinishedItem", "ItemReleaser", "collect_and_freeze", "drop_idle_hypothesis_plugin", "freeze",
            "json_report", "keeps_passed_reports", "release_deselected", "release_items", "release_report",
-           "release_syrupy_items", "restore_summary", "slim_items", "trim_heap"]
+           "release_syrupy_items", "restore_summary", "share_locations", "slim_items", "trim_heap"]
