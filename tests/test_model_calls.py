@@ -206,3 +206,23 @@ def test_an_offline_baseline_answers_in_the_calling_thread_and_a_plugin_model_in
     assert client.complete("ibf-floor", question).text == floor_response(question) and started == []
     assert client.complete("plugin-echo", "hello").text == "echo: hello"
     assert started == ["fieldeval-call-plugin-echo"]
+
+
+def test_an_offline_baselines_error_is_classified_and_its_ctrl_c_stops_the_call():
+    from fieldeval import ModelClient
+    from fieldeval.baselines import BaselineModel
+    from fieldeval.calls.failures import ModelCallError
+
+    def respond(prompt: str) -> str:
+        raise (KeyboardInterrupt() if prompt == "stop" else ValueError("no answer for this one"))
+
+    class Broken(BaselineModel):
+        model_id = "broken-baseline"
+
+    Broken.respond = staticmethod(respond)
+    client = ModelClient(cache_mode="off", retries=1)
+    client._models["broken-baseline"] = Broken()
+    with pytest.raises(ModelCallError, match=r"no response after 2 request\(s\).*no answer for this one"):
+        client.complete("broken-baseline", "anything")
+    with pytest.raises(KeyboardInterrupt):
+        client.complete("broken-baseline", "stop")

@@ -272,11 +272,15 @@ class ModelClient:
                 lease.release()
             return self._completion(request, text, round(time.perf_counter() - start, 6), prompt_tokens,
                                     completion_tokens)
-        outcome: queue.Queue = queue.Queue(maxsize=1)
         if getattr(model, "in_process", False):  # an offline baseline: nothing to time out, no thread of its own
-            self._call(model, request, outcome, lease.release)
-            ok, value = outcome.get_nowait()
+            try:
+                ok, value = True, self._answer_of(model, request)
+            except Exception as error:  # noqa: BLE001 - classified below as a thread's error is; Ctrl-C goes on
+                ok, value = False, error
+            finally:
+                lease.release()
         else:
+            outcome: queue.Queue = queue.Queue(maxsize=1)
             worker = threading.Thread(target=self._call, args=(model, request, outcome, lease.release), daemon=True,
                                       name=f"fieldeval-call-{request.model_id}")
             worker.start()
@@ -293,16 +297,20 @@ class ModelClient:
                                 getattr(usage, "input", None), getattr(usage, "output", None))
 
     @staticmethod
+    def _answer_of(model, request: Request) -> tuple[str, Any]:
+        """The llm call, without streaming: the text and usage."""
+        response = model.prompt(request.prompt, system=request.system, schema=request.schema,
+                                options=request.options, stream=False)
+        text = response.text()
+        if not isinstance(text, str):
+            raise InvalidReplyError(request.model_id, "the model returned no text")
+        return text, response.usage()
+
+    @staticmethod
     def _call(model, request: Request, outcome: queue.Queue, done: Callable[[], None]) -> None:
-        """Run the llm call (in its own thread, or in this one for an offline baseline; without streaming) and hand
-        back the text and usage, or the error."""
+        """Run the llm call (in its own thread) and hand back the text and usage, or the error."""
         try:
-            response = model.prompt(request.prompt, system=request.system, schema=request.schema,
-                                    options=request.options, stream=False)
-            text = response.text()
-            if not isinstance(text, str):
-                raise InvalidReplyError(request.model_id, "the model returned no text")
-            outcome.put((True, (text, response.usage())))
+            outcome.put((True, ModelClient._answer_of(model, request)))
         except BaseException as error:  # noqa: BLE001 - every provider error is classified by the caller
             outcome.put((False, error))
         finally:
