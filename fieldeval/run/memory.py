@@ -32,7 +32,7 @@ release of the other project changes what it relies on. What each buys:
 - :func:`share_locations` (``Item.location``, a cached property): the items of one
   parametrised function take the file and line found for the first of them; each
   item's own would look the function's file up again (``getfslineno``, a ``stat``
-  each), about 0.05 ms an item (``benchmarks/RESULTS.md``).
+  each), 0.05-0.1 ms an item (``benchmarks/RESULTS.md``).
 - :func:`json_report`: pytest-json-report's report, read after its
   ``pytest_sessionfinish`` built it, so the run's files write it (per run, atomically).
 """
