@@ -226,9 +226,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Tag eval items with their benchmark and model so failures are counted per model."""
+    """Tag eval items with their benchmark and model so failures are counted per model; fill the plugin's
+    fixtures that only the item's function asks for (before pytest's own fill, which then skips them)."""
     if collect.tag(item) is not None:
         collect.mark_item(item, eval_session(item.config))
+        for name in collect.direct_fixtures(item, _VALUES, __name__):
+            item.funcargs[name] = item._request if name == "request" else _VALUES[name](item)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -331,9 +334,36 @@ def client(pytestconfig: pytest.Config):
 def answer():
     """The result of the solver the item's module declares (``solver=`` in its ``fieldeval`` marker): solvers run
     ahead in the session's bounded pool; the item waits for its own result (or solves it now)."""
+    return _answer_of(_ITEMS[-1])
+
+
+@pytest.fixture
+def case():
+    """The eval item's case, read from its benchmark's cases by the position it was parametrised with."""
+    return _case_of(_ITEMS[-1])
+
+
+@pytest.fixture
+def model():
+    """The eval item's model (a ``--matrix`` combination where the run has one), as it was parametrised."""
+    return _model_of(_ITEMS[-1])
+
+
+@pytest.fixture
+def context():
+    """The eval item's benchmark context (cases, indexes, options), loaded once per process."""
+    return _context_of(_ITEMS[-1])
+
+
+@pytest.fixture
+def record() -> Callable[..., None]:
+    """Record one row of metric values for this eval item: ``record(model=..., **values)``."""
+    return _record_of(_ITEMS[-1])
+
+
+def _answer_of(item: pytest.Item):
     from fieldeval.calls.failures import ModelCallError
 
-    item = _ITEMS[-1]
     try:
         return eval_session(item.config).solving.answer(item)
     except ModelCallError as error:  # the item fails in its call phase, as if its body had made the call
@@ -349,33 +379,21 @@ def _benchmark_of(item: pytest.Item, fixture: str) -> str:
     return marker.kwargs["benchmark"]
 
 
-@pytest.fixture
-def case():
-    """The eval item's case, read from its benchmark's cases by the position it was parametrised with."""
-    item = _ITEMS[-1]
+def _case_of(item: pytest.Item):
     name = _benchmark_of(item, "case")
     return eval_session(item.config).selection.cases(name)[item.callspec.params["case"]]
 
 
-@pytest.fixture
-def model():
-    """The eval item's model (a ``--matrix`` combination where the run has one), as it was parametrised."""
-    item = _ITEMS[-1]
+def _model_of(item: pytest.Item):
     _benchmark_of(item, "model")
     return item.callspec.params["model"]
 
 
-@pytest.fixture
-def context():
-    """The eval item's benchmark context (cases, indexes, options), loaded once per process."""
-    item = _ITEMS[-1]
+def _context_of(item: pytest.Item):
     return eval_session(item.config).selection.context(_benchmark_of(item, "context"))
 
 
-@pytest.fixture
-def record() -> Callable[..., None]:
-    """Record one row of metric values for this eval item: ``record(model=..., **values)``."""
-    item = _ITEMS[-1]
+def _record_of(item: pytest.Item) -> Callable[..., None]:
     _benchmark_of(item, "record")
 
     def _record(**values) -> None:
@@ -383,3 +401,8 @@ def record() -> Callable[..., None]:
         item.user_properties.append((ROW_KEY, row))
 
     return _record
+
+
+# The eval fixtures' values for an item; its setup puts those only its function asks for in its funcargs.
+_VALUES: dict[str, Callable[[pytest.Item], object]] = {
+    "case": _case_of, "model": _model_of, "context": _context_of, "answer": _answer_of, "record": _record_of}

@@ -148,3 +148,27 @@ def test_a_shared_location_is_what_pytest_then_reads(pytester):
     memory.share_locations([first, second])
     second.__dict__["location"] = ("elsewhere.py", 7, "name")
     assert second.location == ("elsewhere.py", 7, "name"), "share_locations: Item.location is no longer cached"
+
+
+FILLED_CONFTEST = '''
+import pytest
+
+
+@pytest.fixture
+def value():
+    raise AssertionError("pytest made a fixture value the item's setup hook had already filled")
+
+
+def pytest_runtest_setup(item):
+    item.funcargs["value"] = 3
+    item.funcargs["request"] = item._request
+'''
+
+
+def test_pytest_s_fill_leaves_a_value_the_setup_hook_filled(pytester):
+    # what the plugin's pytest_runtest_setup relies on for collect.direct_fixtures (a plain hook, run before
+    # pytest's runner fills the rest): funcargs filled there are the item's arguments, and request is item._request
+    pytester.makeconftest(FILLED_CONFTEST)
+    pytester.makepyfile("def test_one(value, request):\n    assert value == 3 and request.node.name == 'test_one'\n")
+    result = pytester.runpytest("-p", "no:fieldeval.plugin", "-p", "no:cacheprovider", "-p", "no:syrupy")
+    result.assert_outcomes(passed=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -114,6 +115,44 @@ def mark_item(item: pytest.Item, state: EvalSession) -> None:
         item.user_properties.append(state.intake.item_property(found))
 
 
+_DIRECT = pytest.StashKey[dict]()
+
+
+def direct_fixtures(item: pytest.Item, own: Collection[str], module: str) -> tuple[str, ...]:
+    """The fixtures of ``own`` (defined in ``module``) that pytest would fill for the item from that definition
+    and that only the item's function asks for, and ``request`` where its closure holds it: what the plugin can
+    put in ``item.funcargs`` itself in the item's setup, as pytest's fill would put them (pytest's fixture
+    machinery costs some 25 us per fixture and item, more than these fixtures' own work). None under
+    ``--setup-show`` or ``--setup-plan``, which report each fixture, or for an item that is not a plain function.
+
+    A fixture another fixture of the closure asks for is left to pytest, so each value is made once. The answer
+    is the same for every item of one function (they share pytest's fixture information), so it is kept on
+    the function's parent."""
+    option = item.config.option
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or getattr(option, "setupshow", False) or getattr(option, "setupplan", False):
+        return ()
+    known = item.parent.stash.setdefault(_DIRECT, {})
+    kept = known.get(id(info))
+    if kept is not None and kept[0] is info:
+        return kept[1]
+    asked = {name for defs in info.name2fixturedefs.values() for fixture in defs for name in fixture.argnames}
+    names = tuple(name for name in info.names_closure if name in own and name in info.argnames and name not in asked
+                  and _defined_in(info.name2fixturedefs.get(name), name, module))
+    if "request" in info.names_closure:
+        names += ("request",)
+    known[id(info)] = (info, names)  # the info itself is kept, so its id is never another's
+    return names
+
+
+def _defined_in(defs: Any, name: str, module: str) -> bool:
+    """Whether the closest definition of the fixture ``name`` is the function of that name in ``module``."""
+    if not defs:
+        return False
+    function = defs[-1].func
+    return getattr(function, "__module__", None) == module and getattr(function, "__qualname__", None) == name
+
+
 def amend_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport, state: EvalSession) -> None:
     """An eval item's report as the run reads it: a failed model call as one line (model, error class, message),
     not a traceback; an errored item with its case id and epoch; a full disk stopping the run. Above the report's
@@ -173,4 +212,4 @@ def _design_keys(item: pytest.Item, state: EvalSession) -> dict[str, str]:
     return keys
 
 
-__all__ = ["amend_report", "deselect", "mark_item", "parametrize", "row_of", "tag"]
+__all__ = ["amend_report", "deselect", "direct_fixtures", "mark_item", "parametrize", "row_of", "tag"]
