@@ -52,8 +52,9 @@ class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
 
 
 def parse_once(folder: Path, suite: Path) -> float:
-    """Seconds to parse the suite into its compact cached form and build the ontology index, what the first
-    process on a machine pays; the measured runs then start as on a machine that has run before."""
+    """Seconds to parse the suite into its compact cached form and build the ontology index (with the audit's
+    obsolete terms, from the same load), what the first process on a machine pays; the measured runs then start
+    as on a machine that has run before."""
     env = {**os.environ, "FIELDEVAL_CACHE_DIR": str(folder / "cache-dir")}
     start = time.time()
     subprocess.run([sys.executable, "-c", "import sys; from fieldeval.benchmarks.ebs.suite import load_suite; "

@@ -2,13 +2,15 @@
 
 The index (labels, is_a parents, the subClassOf ancestor closure) is keyed by
 the sha256 of the ontology file (or of the selector when it names no local
-file) so a warm start loads one pickle and never imports oaklib.
+file) so a warm start loads one pickle and never imports oaklib. The CURIEs the ontology marks obsolete (for the
+gold-data audit) are cached beside it, from the same load of the ontology.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import pickle
 import re
 from pathlib import Path
@@ -20,6 +22,7 @@ from scorers.ebs import OntologyIndex
 
 DEFAULT_ONTOLOGY_FILE = "envo/envo.obo"
 INDEX_FORMAT = 1
+OBSOLETE_FORMAT = 1
 
 _loaded: dict[str, OntologyIndex] = {}
 
@@ -72,6 +75,11 @@ def _metadata_version(adapter) -> str:
 
 def build_index(selector: str) -> OntologyIndex:
     """Build an :class:`OntologyIndex` from any oaklib selector (slow: imports oaklib)."""
+    return _build(selector)[0]
+
+
+def _build(selector: str) -> tuple[OntologyIndex, list[str]]:
+    """The index of the ontology and the CURIEs oaklib reports obsolete in it, from one load of it."""
     try:
         from oaklib import get_adapter
         from oaklib.datamodels.vocabulary import IS_A
@@ -82,6 +90,7 @@ def build_index(selector: str) -> OntologyIndex:
         parents: dict[str, list[str]] = {}
         for subject, _, obj in adapter.relationships(predicates=[IS_A]):
             parents.setdefault(subject, []).append(obj)
+        obsolete = sorted(set(adapter.obsoletes()))
     except UsageError:
         raise
     except Exception as error:
@@ -99,7 +108,7 @@ def build_index(selector: str) -> OntologyIndex:
         labels=labels,
         parents=frozen_parents,
         ancestors=_closure(frozen_parents),
-    )
+    ), obsolete
 
 
 def _closure(parents: dict[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
@@ -147,11 +156,46 @@ def load_index(selector: str | None = None) -> OntologyIndex:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder; concurrent workers wait and then read
             index = _read(path)
             if index is None:
-                index = build_index(selector)
+                index, obsolete = _build(selector)
                 with atomic_path(path) as tmp, open(tmp, "wb") as handle:
                     pickle.dump(index, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                _save_obsolete(selector, obsolete)  # the audit's, from the same load of the ontology
     _loaded[selector] = index
     return index
+
+
+def obsolete_terms(selector: str | None = None) -> frozenset[str]:
+    """The CURIEs oaklib reports obsolete in the ontology ``selector`` (None: the pinned ENVO), cached on disk
+    (written with the index when it is built, so one load of the ontology makes both)."""
+    selector = selector or default_selector()
+    path = _obsolete_path(selector)
+    try:
+        return frozenset(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        from oaklib import get_adapter
+
+        found = sorted(set(get_adapter(selector).obsoletes()))
+    except Exception as error:
+        raise UsageError(f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
+                         "pass an oaklib selector such as simpleobo:path/to/envo.obo") from None
+    _save_obsolete(selector, found)
+    return frozenset(found)
+
+
+def _obsolete_path(selector: str) -> Path:
+    local = _selector_file(selector)
+    basis = sha256_of(local) if local else selector
+    key = hashlib.sha256(f"{OBSOLETE_FORMAT}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
+    return cache_dir() / "index" / f"obsolete-{key}.json"
+
+
+def _save_obsolete(selector: str, found: list[str]) -> None:
+    path = _obsolete_path(selector)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(found), encoding="utf-8")
 
 
 def _read(path: Path) -> OntologyIndex | None:

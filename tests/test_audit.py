@@ -4,9 +4,15 @@ scoring against corrected truth (``--ebs-truth``)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fieldeval.cli import main
 from tests.conftest import ROOT, TINY_ENUMS, TINY_SELECTOR
@@ -197,3 +203,39 @@ def test_a_run_reports_its_findings_and_scores_by_the_rule_it_was_given(pytester
     assert main(["runs", "compare", *runs, "--store", store]) == 2
     assert "--ebs-truth" in capsys.readouterr().err
     assert main(["runs", "compare", *runs, "--store", store, "--allow-mixed-rules", "--json"]) == 0
+
+
+OBSOLETE_AFTER_BUILD = '''
+import json, sys
+from fieldeval.ontology import load_index, obsolete_terms
+if sys.argv[2] == "build":
+    load_index(sys.argv[1])
+else:
+    found = sorted(obsolete_terms(sys.argv[1]))
+    print(json.dumps({"found": found, "oaklib": "oaklib" in sys.modules}))
+'''
+
+
+def test_the_obsolete_terms_come_with_the_index_from_one_load_of_the_ontology(tmp_path):
+    # a machine's first run parsed the ontology twice: once for the index, again for the audit at the session's end
+    from oaklib import get_adapter
+
+    env = {**os.environ, "FIELDEVAL_CACHE_DIR": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-c", OBSOLETE_AFTER_BUILD, TINY_SELECTOR, "build"], env=env, check=True)
+    read = subprocess.run([sys.executable, "-c", OBSOLETE_AFTER_BUILD, TINY_SELECTOR, "read"], env=env, check=True,
+                          capture_output=True, text=True)
+    seen = json.loads(read.stdout)
+    assert seen["found"] == sorted(set(get_adapter(TINY_SELECTOR).obsoletes())) != []
+    assert seen["oaklib"] is False
+
+
+@settings(max_examples=400)
+@given(text=st.text(alphabet=st.sampled_from("abAB -_\nKkSs\u212a\u017f\u0130i"), max_size=30),
+       label=st.text(alphabet=st.sampled_from("abAB -Ks\u212a\u017f"), min_size=1, max_size=5))
+def test_a_prompt_names_its_answer_exactly_when_the_whole_term_regex_finds_it(text, label):
+    # the audit rules most prompts out by a substring search before the regex; it must never rule one out wrongly
+    # (the alphabet holds the Kelvin sign and the long s, which match k and s when case is ignored)
+    from fieldeval.benchmarks.ebs.audit import _names_term
+
+    expected = re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text, flags=re.IGNORECASE) is not None
+    assert _names_term(text, label) is expected

@@ -2,53 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fieldeval.benchmark import Finding
-from fieldeval.errors import UsageError
 from scorers.ebs import parse_label_curie
 
 if TYPE_CHECKING:
     from fieldeval.benchmarks.ebs import EbsContext
 
-OBSOLETE_FORMAT = 1
 ALLOWED_SECTION = "Allowed env_broad_scale values for"  # the value-set block every generated prompt may end with
 SHOWN = 3  # distinct values named in a finding's message
-
-
-def obsolete_terms(selector: str | None) -> frozenset[str]:
-    """The CURIEs oaklib reports obsolete in the ontology ``selector`` (None: the pinned ENVO), cached on disk."""
-    from fieldeval.atomic import atomic_path
-    from fieldeval.data import cache_dir, sha256_of
-    from fieldeval.ontology import default_selector
-
-    selector = selector or default_selector()
-    _, _, rest = selector.partition(":")
-    local = Path(rest) if rest and Path(rest).is_file() else None
-    basis = sha256_of(local) if local else selector
-    key = hashlib.sha256(f"{OBSOLETE_FORMAT}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
-    path = cache_dir() / "index" / f"obsolete-{key}.json"
-    try:
-        return frozenset(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        pass
-    try:
-        from oaklib import get_adapter
-
-        found = sorted(set(get_adapter(selector).obsoletes()))
-    except Exception as error:
-        raise UsageError(f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
-                         "pass an oaklib selector such as simpleobo:path/to/envo.obo") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(json.dumps(found), encoding="utf-8")
-    return frozenset(found)
 
 
 def _named(values: Iterable[str]) -> str:
@@ -65,11 +31,21 @@ def _without_allowed_values(prompt: str) -> str:
     return prompt.split(ALLOWED_SECTION, 1)[0]
 
 
+def _names_term(text: str, label: str) -> bool:
+    """Whether ``text`` names ``label`` as a whole term, ignoring case. In ASCII text, where ignoring case is
+    lower-casing, a text without the label's lower case anywhere cannot: most prompts are ruled out by one
+    substring search instead of a regular expression's scan."""
+    if text.isascii() and label.isascii() and label.lower() not in text.lower():
+        return False
+    return re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text, flags=re.IGNORECASE) is not None
+
+
 def audit(context: EbsContext) -> list[Finding]:
     """The suite's gold-data findings: truths missing from or obsolete in the ontology, truth labels that are not
     their CURIE's, truths outside their template's value set, prompts with different truths, prompts that name
     their own answer."""
     from fieldeval.benchmarks.ebs.truth import label_names
+    from fieldeval.ontology import obsolete_terms
 
     index = context.index
     obsolete = obsolete_terms(context.ontology)
@@ -95,8 +71,7 @@ def audit(context: EbsContext) -> list[Finding]:
         allowed = context.enums.get(case.template)
         if allowed is not None and truth.curie not in allowed:
             found["truth_outside_value_set"].append((case.case_id, f"{truth.curie} for {case.template}"))
-        pattern = rf"(?<![\w-]){re.escape(truth.label)}(?![\w-])"
-        if re.search(pattern, _without_allowed_values(case.prompt), flags=re.IGNORECASE):
+        if _names_term(_without_allowed_values(case.prompt), truth.label):
             found["answer_in_prompt"].append((case.case_id, truth.label))
     for truths in truths_of_prompt.values():
         if len(truths) > 1:
