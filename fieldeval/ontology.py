@@ -78,7 +78,7 @@ def build_index(selector: str) -> OntologyIndex:
     return _build(selector)[0]
 
 
-def _build(selector: str) -> tuple[OntologyIndex, list[str]]:
+def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
     """The index of the ontology and the CURIEs oaklib reports obsolete in it, from one load of it."""
     try:
         from oaklib import get_adapter
@@ -90,7 +90,7 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str]]:
         parents: dict[str, list[str]] = {}
         for subject, _, obj in adapter.relationships(predicates=[IS_A]):
             parents.setdefault(subject, []).append(obj)
-        obsolete = sorted(set(adapter.obsoletes()))
+        obsolete = _obsoletes_of(adapter)
     except UsageError:
         raise
     except Exception as error:
@@ -109,6 +109,14 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str]]:
         parents=frozen_parents,
         ancestors=_closure(frozen_parents),
     ), obsolete
+
+
+def _obsoletes_of(adapter) -> list[str] | None:
+    """The adapter's obsolete CURIEs; None where it cannot say (the audit, which needs them, then reports it)."""
+    try:
+        return sorted(set(adapter.obsoletes()))
+    except Exception:  # noqa: BLE001 - an adapter without obsoletes still gives a usable index
+        return None
 
 
 def _closure(parents: dict[str, tuple[str, ...]]) -> dict[str, frozenset[str]]:
@@ -159,7 +167,8 @@ def load_index(selector: str | None = None) -> OntologyIndex:
                 index, obsolete = _build(selector)
                 with atomic_path(path) as tmp, open(tmp, "wb") as handle:
                     pickle.dump(index, handle, protocol=pickle.HIGHEST_PROTOCOL)
-                _save_obsolete(selector, obsolete)  # the audit's, from the same load of the ontology
+                if obsolete is not None:  # the audit's, from the same load of the ontology
+                    _save_obsolete(selector, obsolete)
     _loaded[selector] = index
     return index
 

@@ -239,3 +239,29 @@ def test_a_prompt_names_its_answer_exactly_when_the_whole_term_regex_finds_it(te
 
     expected = re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text, flags=re.IGNORECASE) is not None
     assert _names_term(text, label) is expected
+
+
+def test_an_ontology_whose_adapter_cannot_list_obsoletes_still_gives_an_index(tmp_path, monkeypatch):
+    # the obsolete terms come with the index's build; an adapter without them must not cost the run its index
+    import oaklib
+
+    from fieldeval import ontology
+
+    real = oaklib.get_adapter
+
+    class NoObsoletes:
+        def __init__(self, adapter):
+            self._adapter = adapter
+
+        def __getattr__(self, name):
+            return getattr(self._adapter, name)
+
+        def obsoletes(self):
+            raise NotImplementedError("no obsoletes here")
+
+    monkeypatch.setattr(oaklib, "get_adapter", lambda selector: NoObsoletes(real(selector)))
+    monkeypatch.setattr(ontology, "_loaded", {})
+    monkeypatch.setenv("FIELDEVAL_CACHE_DIR", str(tmp_path))
+    index = ontology.load_index(TINY_SELECTOR)
+    assert index.label("ENVO:01000174") == "forest biome"
+    assert not list((tmp_path / "index").glob("obsolete-*.json"))

@@ -125,9 +125,9 @@ def direct_fixtures(item: pytest.Item, own: Collection[str], module: str) -> tup
     machinery costs some 25 us per fixture and item, more than these fixtures' own work). None under
     ``--setup-show`` or ``--setup-plan``, which report each fixture, or for an item that is not a plain function.
 
-    A fixture another fixture of the closure asks for is left to pytest, so each value is made once. The answer
-    is the same for every item of one function (they share pytest's fixture information), so it is kept on
-    the function's parent."""
+    A fixture another fixture of the closure asks for is left to pytest, so each value is made once. Which names
+    these are is the same for every item of one function (they share pytest's fixture information), so they
+    are worked out once and kept on the function's parent."""
     option = item.config.option
     info = getattr(item, "_fixtureinfo", None)
     if info is None or getattr(option, "setupshow", False) or getattr(option, "setupplan", False):
