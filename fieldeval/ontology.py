@@ -38,10 +38,11 @@ def _selector_file(selector: str) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def _cache_key(selector: str) -> str:
+def _cache_key(selector: str, version: int = INDEX_FORMAT) -> str:
+    """The ontology's name in the cache: its file's sha256 (or the selector), with the cached form's version."""
     local = _selector_file(selector)
     basis = sha256_of(local) if local else selector
-    return hashlib.sha256(f"{INDEX_FORMAT}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{version}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
 
 
 def _obo_header_version(path: Path) -> str | None:
@@ -194,10 +195,7 @@ def obsolete_terms(selector: str | None = None) -> frozenset[str]:
 
 
 def _obsolete_path(selector: str) -> Path:
-    local = _selector_file(selector)
-    basis = sha256_of(local) if local else selector
-    key = hashlib.sha256(f"{OBSOLETE_FORMAT}|{selector.partition(':')[0]}|{basis}".encode()).hexdigest()[:24]
-    return cache_dir() / "index" / f"obsolete-{key}.json"
+    return cache_dir() / "index" / f"obsolete-{_cache_key(selector, OBSOLETE_FORMAT)}.json"
 
 
 def _save_obsolete(selector: str, found: list[str]) -> None:
