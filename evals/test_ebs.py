@@ -8,8 +8,6 @@ scored table, aggregated by the plugin.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from fieldeval import completion_fields
@@ -38,6 +36,6 @@ def test_ebs(case, model, context, answer, record):
         ontology_version=context.index.version,
         truth_rule=context.truth_rule,
         truth_conflict=conflict,
-        **dataclasses.asdict(score),
+        **score.columns(),
         **completion_fields(completion),
     )

@@ -24,6 +24,7 @@ import pytest
 from fieldeval.defaults import ITEM_KEY, MARKER, ROW_KEY
 from fieldeval.errors import exit_on_usage_error
 from fieldeval.run import collect, command
+from fieldeval.run.markers import eval_marker, settle_markers
 from fieldeval.run.options import add_options, parse_options
 from fieldeval.run.startup import SESSION_DIR_KEY, Started, build_session, is_xdist_worker, lighten_json_report, \
     only_informs, prepare_run
@@ -175,6 +176,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from fieldeval.run.finish import FREEZE_ABOVE_ITEMS
 
     state.pytest_session = session
+    settle_markers(session.items)
     eval_items = [item for item in session.items if collect.tag(item) is not None]
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
@@ -279,6 +281,15 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     return None
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_json_runtest_stage(report: pytest.TestReport) -> dict | None:
+    """pytest-json-report's entry for a stage with nothing to render, made without rendering it (a third of
+    pytest-json-report's cost a stage); any other stage is left to pytest-json-report."""
+    from fieldeval.run.memory import json_stage
+
+    return json_stage(report)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_json_modifyreport(json_report: dict) -> None:
     """Put the aggregated metrics into pytest-json-report's report as ``evals``."""
@@ -372,7 +383,7 @@ def _answer_of(item: pytest.Item):
 
 
 def _benchmark_of(item: pytest.Item, fixture: str) -> str:
-    marker = item.get_closest_marker(MARKER)
+    marker = eval_marker(item)
     callspec = getattr(item, "callspec", None)
     if marker is None or (fixture in ("case", "model") and (callspec is None or fixture not in callspec.params)):
         raise pytest.UsageError(f"{item.nodeid}: the {fixture} fixture needs @pytest.mark.{MARKER}(benchmark=...)")

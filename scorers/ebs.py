@@ -133,6 +133,11 @@ class EbsScore:
     ontology_score: float
     lenient_curie: str | None
 
+    def columns(self) -> dict[str, object]:
+        """The scored table's columns, in order: what ``dataclasses.asdict`` gives, without its deep copy of
+        each field (every one is a scalar)."""
+        return dict(self.__dict__)
+
 
 @functools.lru_cache(maxsize=4096)  # truths and answers repeat across items; the result is frozen
 def parse_label_curie(text: str) -> ParsedTerm | None:

@@ -34,3 +34,13 @@ def test_scored_row(name, tiny_index, tiny_enums, snapshot_json):
     response, template = CANNED[name]
     score = score_ebs(response, FOREST, index=tiny_index, allowed=tiny_enums.get(template))
     assert {"response_text": response, "sampleData": template, **dataclasses.asdict(score)} == snapshot_json
+
+
+@pytest.mark.parametrize("name", sorted(CANNED))
+def test_a_score_s_columns_are_its_fields_in_order(name, tiny_index, tiny_enums):
+    # the row and the scored table take score.columns(): dataclasses.asdict's values and order, without its copy
+    response, template = CANNED[name]
+    score = score_ebs(response, FOREST, index=tiny_index, allowed=tiny_enums.get(template))
+    expected = dataclasses.asdict(score)
+    assert list(score.columns().items()) == list(expected.items())
+    assert list(expected) == [field.name for field in dataclasses.fields(score)]

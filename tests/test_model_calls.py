@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval.calls.failures import PermanentCallError, TransientCallError, classify, retry_after
+from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError, classify, retry_after
 from fieldeval.calls.limits import CallLimits
 from tests.calls_project import attempts, make_calls_project, max_in_flight, run_calls
 
@@ -226,3 +226,39 @@ def test_an_offline_baselines_error_is_classified_and_its_ctrl_c_stops_the_call(
         client.complete("broken-baseline", "anything")
     with pytest.raises(KeyboardInterrupt):
         client.complete("broken-baseline", "stop")
+
+
+@pytest.mark.parametrize("retries", [0, 1, 3])
+def test_each_retry_waits_its_backoff_after_the_failure_before_it(monkeypatch, retries):
+    # the first request is sent outside tenacity's loop; the retries still wait 0.5, 1, 2 s (+ up to 0.5 s of
+    # jitter) after the first, second and third failures, a Retry-After instead where the provider gave one
+    import tenacity
+
+    from fieldeval.calls.client import ModelClient
+    from fieldeval.calls.records import Completion, Request
+
+    failures = [TransientCallError("m", "HTTP 503", "busy"), TransientCallError("m", "HTTP 429", "slow down",
+                                                                                retry_after=7.0),
+                TransientCallError("m", "HTTP 503", "busy")]
+    sent, waits = [], []
+    client = ModelClient(cache_mode="off", retries=retries)
+
+    def attempt(request, lease):
+        lease.release()
+        sent.append(request.prompt)
+        if len(sent) <= len(failures):
+            raise failures[len(sent) - 1]
+        return Completion(model="m", text="forest biome [ENVO:01000174]", response_time_s=0.0)
+
+    monkeypatch.setattr(client, "_attempt", attempt)
+    monkeypatch.setattr(tenacity.nap.time, "sleep", waits.append)
+    request = Request("m", "m", "which biome?", None, {}, None)
+    if retries < len(failures):
+        with pytest.raises(ModelCallError, match=f"no response after {retries + 1} request"):
+            client._call_with_retries(request)
+    else:
+        assert client._call_with_retries(request).text == "forest biome [ENVO:01000174]"
+    assert len(sent) == min(retries, len(failures)) + 1
+    assert len(waits) == min(retries, len(failures))
+    for number, wait in enumerate(waits, start=1):
+        assert wait == 7.0 if number == 2 else 0.5 * 2 ** (number - 1) <= wait <= 0.5 * 2 ** (number - 1) + 0.5

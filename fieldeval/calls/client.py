@@ -194,10 +194,23 @@ class ModelClient:
             sent += 1
             return self._attempt(request, lease)
 
-        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=_wait_for,
-                            retry=retry_if_exception_type(TransientCallError), reraise=True)
+        failed: list[TransientCallError] = []
+
+        def again() -> Completion:  # tenacity's first attempt is the first request's failure: its wait and count
+            if failed:
+                raise failed.pop()
+            return attempt()
+
         try:
-            return retrying(attempt)
+            try:  # the first request outside tenacity's loop (some 10 us a call, and most calls need no retry)
+                return attempt()
+            except TransientCallError as error:
+                if not self.retries:
+                    raise
+                failed.append(error)
+            retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=_wait_for,
+                                retry=retry_if_exception_type(TransientCallError), reraise=True)
+            return retrying(again)
         except PermanentCallError as error:
             with self._lock:
                 self._dead.setdefault(request.model_id, str(error))

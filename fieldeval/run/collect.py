@@ -11,6 +11,7 @@ import pytest
 from fieldeval.calls.cells import Combination, model_of
 from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, MARKER, ROW_KEY
 from fieldeval.errors import UsageError, exit_on_usage_error
+from fieldeval.run.markers import eval_marker
 
 if TYPE_CHECKING:
     from fieldeval.run.session import EvalSession
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 def tag(item: pytest.Item) -> tuple[str, Any] | None:
     """(benchmark, model) of an eval item, or None for any other item."""
-    marker = item.get_closest_marker(MARKER)
+    marker = eval_marker(item)
     callspec = getattr(item, "callspec", None)
     if marker is None or callspec is None or "model" not in callspec.params:
         return None
@@ -190,7 +191,7 @@ def amend_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestRe
 def row_of(item: pytest.Item, state: EvalSession, values: dict[str, Any]) -> str:
     """The row an eval item records, as compact JSON (the rows file's own line): its values, how its case was drawn
     (``case_key``, ``cluster``, ``cluster_stratum``) and, for a matrix cell, its hyperparameter columns."""
-    row = {"benchmark": item.get_closest_marker(MARKER).kwargs["benchmark"], **values, **_design_keys(item, state)}
+    row = {"benchmark": eval_marker(item).kwargs["benchmark"], **values, **_design_keys(item, state)}
     combination = getattr(item, "callspec", None) and item.callspec.params.get("model")
     if isinstance(combination, Combination):  # a matrix cell: llm-matrix's hyperparameter columns and the epoch
         row.update(combination.columns())
@@ -201,7 +202,7 @@ def _design_keys(item: pytest.Item, state: EvalSession) -> dict[str, str]:
     case = state.selection.case_of(item)
     if case is None:
         return {}
-    bench = state.selection.benchmark(item.get_closest_marker(MARKER).kwargs["benchmark"])
+    bench = state.selection.benchmark(eval_marker(item).kwargs["benchmark"])
     keys = {"case_key": str(case.test_id)}
     cluster = bench.cluster_key(case)
     if cluster not in (None, ""):

@@ -35,6 +35,10 @@ release of the other project changes what it relies on. What each buys:
   each), 0.05-0.1 ms an item (``benchmarks/RESULTS.md``).
 - :func:`json_report`: pytest-json-report's report, read after its
   ``pytest_sessionfinish`` built it, so the run's files write it (per run, atomically).
+- :func:`json_stage` (pytest-json-report's ``_json_report_extra``, its captured output
+  of each stage): the entry of a stage with no ``longrepr``, without the terminal writer
+  pytest builds to render an empty text, some 10 us a stage (``benchmarks/RESULTS.md``).
+  ``tests/test_json_report_stage.py`` compares the entries with pytest-json-report's own.
 """
 
 from __future__ import annotations
@@ -296,6 +300,20 @@ def _malloc_trim() -> Any:
     return trim
 
 
+def json_stage(report: pytest.TestReport) -> dict | None:
+    """pytest-json-report's entry for a stage with nothing to render (no ``longrepr``, not relayed by a
+    pytest-xdist worker, whose text names the worker): the dict its own hook makes. None for any other stage,
+    which pytest-json-report makes itself."""
+    if report.longrepr is not None or hasattr(report, "node"):
+        return None
+    stage = {"duration": report.duration, "outcome": report.outcome}
+    captured = getattr(report, "_json_report_extra", {}).get(report.when, {})
+    for name in ("stdout", "stderr", "log"):
+        if captured.get(name):
+            stage[name] = captured[name]
+    return stage
+
+
 __all__ = ["PASSED", "FinishedItem", "ItemReleaser", "collect_and_freeze", "drop_idle_hypothesis_plugin", "freeze",
-           "json_report", "keeps_passed_reports", "release_deselected", "release_items", "release_report",
-           "release_syrupy_items", "restore_summary", "share_locations", "slim_items", "trim_heap"]
+           "json_report", "json_stage", "keeps_passed_reports", "release_deselected", "release_items",
+           "release_report", "release_syrupy_items", "restore_summary", "share_locations", "slim_items", "trim_heap"]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from fieldeval.benchmark import Benchmark, RunMeta, get_benchmark
 from fieldeval.calls.cells import Combination, model_of
-from fieldeval.defaults import MARKER
 from fieldeval.errors import UsageError, exit_on_usage_error
+from fieldeval.run.markers import eval_marker
 
 if TYPE_CHECKING:
     import pytest
@@ -116,7 +116,7 @@ class Selection:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("case") if callspec is not None else None
         if isinstance(param, int) and not isinstance(param, bool):
-            return self.cases(item.get_closest_marker(MARKER).kwargs["benchmark"])[param]
+            return self.cases(eval_marker(item).kwargs["benchmark"])[param]
         return param
 
     def case_id_of(self, item: pytest.Item) -> str | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fieldeval.defaults import MARKER
+from fieldeval.run.markers import eval_marker
 
 if TYPE_CHECKING:
     from fieldeval.calls.batches.rounds import BatchSettings
@@ -32,9 +33,12 @@ class SolverJobs(Mapping[str, Callable[[], Any]]):
         self._clients = clients
 
     def __getitem__(self, key: str) -> Callable[[], Any]:
-        _, name, solver, callspec = next(solver_items([self._items[key]]))
-        return functools.partial(solve_at, solver, self._cases_of(name), callspec.params["case"],
-                                 callspec.params["model"], self._clients[name])
+        return functools.partial(self._solve, self._items[key])  # its marker is read when it runs, not here
+
+    def _solve(self, item: pytest.Item) -> Any:
+        _, name, solver, callspec = next(solver_items([item]))
+        return solve_at(solver, self._cases_of(name), callspec.params["case"], callspec.params["model"],
+                        self._clients[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
@@ -62,7 +66,7 @@ def solve_at(solver: Solver, cases: Any, position: Any, model: str, client: Any)
 def solver_items(items: Sequence[pytest.Item]) -> Iterator[tuple[pytest.Item, str, Solver, Any]]:
     """(item, benchmark, solver, callspec) of every eval item whose module declares a solver."""
     for item in items:
-        marker = item.get_closest_marker(MARKER)
+        marker = eval_marker(item)
         solver = marker.kwargs.get("solver") if marker is not None else None
         callspec = getattr(item, "callspec", None)
         if solver is None or callspec is None or "case" not in callspec.params or "model" not in callspec.params:

@@ -34,7 +34,7 @@ FLOAT_DECIMALS = 12  # 0.9, not 0.9000000000000001
 def score_row(response: str, ideal: str, template: str, *, index: OntologyIndex, enums: dict[str, frozenset[str]]) -> dict:
     """Every scored column for one response, as a plain dict."""
     score = score_ebs(response, ideal, index=index, allowed=enums.get(template))
-    return {name: getattr(score, name) for name in SCORE_FIELDS}
+    return score.columns()
 
 
 def _template_in(original_input) -> str:
