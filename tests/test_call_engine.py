@@ -491,6 +491,55 @@ def test_a_crashing_solver_fails_its_item_with_the_traceback(tmp_path):
         pool.answer("k")
 
 
+def test_threads_share_the_board_and_a_forked_child_opens_its_own(tmp_path):
+    # a process's threads share one connection to the board, under one lock; a child forked while a thread of the
+    # parent held that lock opens its own connection instead of waiting forever on the copy of the held lock
+    board = Board(tmp_path / "board.sqlite")
+    keys = [f"k{i:03d}" for i in range(300)]
+    board.plan(keys)
+
+    def finish(part):
+        for key in part:
+            assert board.claim(key, os.getpid())
+            board.finish(key, "done", key.encode())
+
+    threads = [threading.Thread(target=finish, args=(keys[i::6],)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert board.counts() == {"done": 300} and board.read("k123")[3] == b"k123"
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with board._locked():
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    child = os.fork()
+    if child == 0:  # the child: its first statement must not wait on the parent's held lock
+        try:
+            board.stop("from the child")
+            os._exit(0 if board.stopped() == "from the child" else 1)
+        except BaseException:
+            os._exit(2)
+    release.set()
+    holder.join()
+    for _ in range(DEADLINE_S * 20):
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child waited on its parent's lock")
+    assert os.waitstatus_to_exitcode(status) == 0 and board.stopped() == "from the child"
+
+
 def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
     from fieldeval.calls.limits import FileSlots
 

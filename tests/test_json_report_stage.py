@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -87,9 +88,11 @@ def _stages(folder, *plugin: str, workers: str) -> dict:
 
 
 def _steady(stage: dict) -> dict:
-    """A stage without what differs from one run to the next: its duration, and its log records' times and
-    thread and process ids."""
+    """A stage without what differs from one run to the next: its duration, which worker ran it, and its log
+    records' times and thread and process ids."""
     out = {k: v for k, v in stage.items() if k != "duration"}
+    if "longrepr" in out:
+        out["longrepr"] = re.sub(r"\[gw\d+\]", "[gw]", out["longrepr"])
     if "log" in out:
         out["log"] = [{k: v for k, v in record.items() if k not in VOLATILE} for record in out["log"]]
     return out
