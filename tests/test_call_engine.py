@@ -540,6 +540,23 @@ def test_threads_share_the_board_and_a_forked_child_opens_its_own(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0 and board.stopped() == "from the child"
 
 
+def test_ctrl_c_s_handler_stops_the_board_while_its_thread_is_inside_a_board_call(tmp_path):
+    # run/signals.py stops the session's calls from the main thread, between any two of its bytecodes: also while
+    # that thread holds the board's lock, in the middle of reading an item's result
+    board = Board(tmp_path / "board.sqlite")
+    stopped = threading.Event()
+
+    def interrupted():
+        with board._locked():
+            board.stop("SIGINT")
+            stopped.set()
+
+    thread = threading.Thread(target=interrupted, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert stopped.is_set() and board.stopped() == "SIGINT"
+
+
 def test_slots_are_freed_by_the_kernel_when_their_holder_dies(tmp_path):
     from fieldeval.calls.limits import FileSlots
 

@@ -105,7 +105,9 @@ class Board:
     def __init__(self, path: Path, *, lease_s: float = LEASE_S) -> None:
         self.path = Path(path)
         self.lease_s = lease_s
-        self._lock = threading.Lock()  # this process's one connection, one statement (or transaction) at a time
+        # this process's one connection, one statement (or transaction) at a time; reentrant: Ctrl-C's handler stops
+        # the board from the main thread, which may be inside a board call
+        self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
         with self._locked():
@@ -120,10 +122,10 @@ class Board:
             db.execute("CREATE TABLE IF NOT EXISTS solver (id INTEGER PRIMARY KEY CHECK (id = 0), "
                        "pid INTEGER NOT NULL, lease REAL NOT NULL)")
 
-    def _locked(self) -> threading.Lock:
+    def _locked(self) -> threading.RLock:
         """The lock on this process's connection; a forked child makes its own (the parent's may be held)."""
         if self._pid != os.getpid():
-            self._lock, self._conn, self._pid = threading.Lock(), None, os.getpid()
+            self._lock, self._conn, self._pid = threading.RLock(), None, os.getpid()
         return self._lock
 
     def _connection(self) -> sqlite3.Connection:
