@@ -95,10 +95,7 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
     except UsageError:
         raise
     except Exception as error:
-        raise UsageError(
-            f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
-            "pass an oaklib selector such as sqlite:obo:envo or simpleobo:path/to/envo.obo"
-        ) from None
+        raise _unloadable(selector, error) from None
     if not labels:
         raise UsageError(f"--ontology {selector!r} has no labelled terms; check the selector")
     local = _selector_file(selector)
@@ -110,6 +107,11 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
         parents=frozen_parents,
         ancestors=_closure(frozen_parents),
     ), obsolete
+
+
+def _unloadable(selector: str, error: Exception) -> UsageError:
+    return UsageError(f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
+                      "pass an oaklib selector such as sqlite:obo:envo or simpleobo:path/to/envo.obo")
 
 
 def _obsoletes_of(adapter) -> list[str] | None:
@@ -188,8 +190,7 @@ def obsolete_terms(selector: str | None = None) -> frozenset[str]:
 
         found = sorted(set(get_adapter(selector).obsoletes()))
     except Exception as error:
-        raise UsageError(f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
-                         "pass an oaklib selector such as simpleobo:path/to/envo.obo") from None
+        raise _unloadable(selector, error) from None
     _save_obsolete(selector, found)
     return frozenset(found)
 

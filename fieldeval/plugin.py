@@ -230,8 +230,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tag eval items with their benchmark and model so failures are counted per model; fill the plugin's
     fixtures that only the item's function asks for (before pytest's own fill, which then skips them)."""
-    if collect.tag(item) is not None:
-        collect.mark_item(item, eval_session(item.config))
+    found = collect.tag(item)
+    if found is not None:
+        collect.mark_item(item, eval_session(item.config), found)
         for name in collect.direct_fixtures(item, _VALUES, __name__):
             item.funcargs[name] = item._request if name == "request" else _VALUES[name](item)
 

@@ -553,7 +553,7 @@ def test_ctrl_c_s_handler_stops_the_board_while_its_thread_is_inside_a_board_cal
 
     thread = threading.Thread(target=interrupted, daemon=True)
     thread.start()
-    thread.join(30)
+    thread.join(DEADLINE_S)  # only a deadlock reaches it
     assert stopped.is_set() and board.stopped() == "SIGINT"
 
 

@@ -42,6 +42,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -149,18 +150,25 @@ class Board:
         with self._locked():
             return self._connection().execute(sql, args).rowcount
 
-    def plan(self, keys: Iterable[str]) -> None:
-        """Add the keys (in order) as planned; keys already on the board keep their state."""
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on this process's connection (``BEGIN IMMEDIATE``), committed when the block ends,
+        rolled back when it raises."""
         with self._locked():
             db = self._connection()
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT OR IGNORE INTO runs (key, seq, state) VALUES (?, ?, 'planned')",
-                               ((key, number) for number, key in enumerate(keys)))
-                db.execute("COMMIT")
+                yield db
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            db.execute("COMMIT")
+
+    def plan(self, keys: Iterable[str]) -> None:
+        """Add the keys (in order) as planned; keys already on the board keep their state."""
+        with self._transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO runs (key, seq, state) VALUES (?, ?, 'planned')",
+                           ((key, number) for number, key in enumerate(keys)))
 
     def claim_next(self, owner: int) -> str | None:
         """Claim the first planned row for ``owner``; None when none is left or the session is stopping."""
@@ -219,18 +227,11 @@ class Board:
 
     def count_failure(self, maxfail: int, reason: str) -> int:
         """Count one failing item, session-wide; the count that reaches ``maxfail`` sets the stop flag with it."""
-        with self._locked():
-            db = self._connection()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                failures = db.execute("INSERT INTO failures (id, n) VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET "
-                                      "n = n + 1 RETURNING n").fetchone()[0]
-                if failures >= maxfail:
-                    db.execute("INSERT OR IGNORE INTO stop (id, reason) VALUES (0, ?)", (reason,))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            failures = db.execute("INSERT INTO failures (id, n) VALUES (0, 1) ON CONFLICT (id) DO UPDATE SET "
+                                  "n = n + 1 RETURNING n").fetchone()[0]
+            if failures >= maxfail:
+                db.execute("INSERT OR IGNORE INTO stop (id, reason) VALUES (0, ?)", (reason,))
         return failures
 
     def stopped(self) -> str | None:

@@ -109,11 +109,9 @@ def _drop(config: pytest.Config, items: list[pytest.Item], left_out: Any) -> Non
         items[:] = keep
 
 
-def mark_item(item: pytest.Item, state: EvalSession) -> None:
-    """Tag an eval item with its benchmark and model, so its reports are counted per model."""
-    found = tag(item)
-    if found is not None:
-        item.user_properties.append(state.intake.item_property(found))
+def mark_item(item: pytest.Item, state: EvalSession, found: tuple[str, Any]) -> None:
+    """Tag an eval item with its benchmark and model (its :func:`tag`), so its reports are counted per model."""
+    item.user_properties.append(state.intake.item_property(found))
 
 
 _DIRECT = pytest.StashKey[dict]()
