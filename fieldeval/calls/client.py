@@ -123,7 +123,7 @@ class ModelClient:
         fields = getattr(model.Options, "model_fields", {})
         options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
-        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch)
+        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch, serial_by_default(model))
 
     def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                  max_tokens: int | None = None, schema: dict | None = None) -> Completion:
@@ -190,8 +190,7 @@ class ModelClient:
         def attempt() -> Completion:
             nonlocal sent
             self._raise_if_stopped(request.model_id)
-            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait,
-                                        serial=serial_by_default(self.model(request.model_id)))
+            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait, serial=request.serial)
             self._raise_if_stopped(request.model_id, lease)
             sent += 1
             return self._attempt(request, lease)

@@ -81,6 +81,7 @@ class Request:
     options: dict[str, Any]
     schema: dict | None
     epoch: int | None = None  # the repeat of an item (``--epochs``); 2 and up are keyed apart
+    serial: bool = False  # the model runs inside this process: one call at a time (calls.models.serial_by_default)
 
     @property
     def key(self) -> str:
