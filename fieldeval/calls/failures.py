@@ -9,8 +9,11 @@ The classes every part of the engine raises and catches:
 - :class:`InvalidReplyError` (a transient error): an HTTP 200 whose body is empty or
   not JSON, a truncated stream, no ``choices``, no text; retried, then errored,
   never scored and never cached.
+- :class:`ContextExceededError`: a prompt longer than the model's context window; that item fails alone
+  (error class ``context_exceeded``, with the prompt's tokens, the window and the fix), never retried, and the
+  model's other items go on (the client ends the model only when each of its first few calls failed so).
 - :class:`PermanentCallError`: a missing key, authentication, an unknown model, a bad
-  request, a context too long, a failed TLS handshake (:class:`TLSFailedError`), an endpoint
+  request, a failed TLS handshake (:class:`TLSFailedError`), an endpoint
   whose name resolves to a refused address (:class:`AddressRefusedError`); never retried, and
   it ends the model's remaining calls.
 - :class:`AnswerTooLargeError`: an answer past ``--max-answer-bytes``; not retried, never
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
 from typing import Any
 
@@ -31,7 +35,12 @@ PERMANENT_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 422})
 PERMANENT_NAMES = frozenset({"NeedsKeyException", "UnknownModelError", "AuthenticationError",
                              "PermissionDeniedError", "NotFoundError", "BadRequestError",
                              "UnprocessableEntityError", "ContextWindowExceededError"})
-CONTEXT_PHRASES = ("context length", "context window", "maximum context", "too many tokens", "prompt is too long")
+CONTEXT_PHRASES = ("context length", "context window", "maximum context", "too many tokens", "prompt is too long",
+                   "context_length_exceeded")
+# the window and the prompt's tokens as llama.cpp (in process and its server), OpenAI and Anthropic word them
+WINDOW_PATTERNS = (re.compile(r"context (?:length|window) (?:is |of )(\d+)", re.I), re.compile(r"> (\d+) maximum"))
+PROMPT_PATTERNS = (re.compile(r"Requested tokens \((\d+)\)"), re.compile(r"\((\d+) in the messages"),
+                   re.compile(r"resulted in (\d+) tokens"), re.compile(r"too long: (\d+) tokens"))
 KEY_FIXES = {"openai": "llm keys set openai", "anthropic": "llm keys set anthropic", "gemini": "llm keys set gemini"}
 
 
@@ -41,7 +50,8 @@ class ModelCallError(RuntimeError):
     Attributes:
         model: the model id asked.
         detail: one line: error class and message.
-        kind: ``transient`` (retries ran out), ``permanent``, ``skipped`` (the model failed
+        kind: ``transient`` (retries ran out), ``permanent``, ``context_exceeded`` (that item's prompt is longer
+            than the model's window), ``skipped`` (the model failed
             permanently earlier, or the session is stopping), ``replay`` (no recorded response),
             ``too_large`` (an answer past ``--max-answer-bytes``), or ``refused`` (a batch line the provider
             refused: that item fails, the model's other calls go on).
@@ -59,6 +69,40 @@ class PermanentCallError(ModelCallError):
 
     def __init__(self, model: str, error_class: str, message: str) -> None:
         super().__init__(model, f"{error_class}: {message}{_fix(model, error_class, message)}", kind="permanent")
+
+
+class ContextExceededError(ModelCallError):
+    """A prompt longer than the model's context window: its item fails alone, not retried.
+
+    Attributes:
+        prompt_tokens: the prompt's tokens as the model counted them (None: not said).
+        window: the model's context window in tokens (None: not said).
+    """
+
+    def __init__(self, model: str, prompt_tokens: int | None, window: int | None, fix: str) -> None:
+        tokens = f"the prompt's {prompt_tokens} tokens" if prompt_tokens else "the prompt"
+        where = f"the context window of {window} tokens" if window else "the model's context window"
+        super().__init__(model, f"context_exceeded: {tokens} (with the answer's budget) exceed {where}; fix: {fix}",
+                         kind="context_exceeded")
+        self.prompt_tokens, self.window, self.fix = prompt_tokens, window, fix
+
+    @classmethod
+    def from_message(cls, model: str, message: str, fix: str = "use a model with a larger context window, or a "
+                     "shorter prompt") -> ContextExceededError:
+        """The error for a provider's own words, with the prompt's tokens and the window read from them."""
+        return cls(model, _first_number(PROMPT_PATTERNS, message), _first_number(WINDOW_PATTERNS, message), fix)
+
+    def with_fix(self, fix: str) -> ContextExceededError:
+        """The same error naming another fix."""
+        return ContextExceededError(self.model, self.prompt_tokens, self.window, fix)
+
+
+def _first_number(patterns: tuple[re.Pattern, ...], text: str) -> int | None:
+    for pattern in patterns:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1))
+    return None
 
 
 class TransientCallError(ModelCallError):
@@ -176,7 +220,9 @@ def classify(model: str, error: BaseException) -> ModelCallError:
     error_class = type(error).__name__
     message = " ".join(str(error).split())[:500] or error_class
     status = status_code(error)
-    if names & PERMANENT_NAMES or any(p in message.lower() for p in CONTEXT_PHRASES):
+    if "ContextWindowExceededError" in names or any(p in message.lower() for p in CONTEXT_PHRASES):
+        return ContextExceededError.from_message(model, message)
+    if names & PERMANENT_NAMES:
         return PermanentCallError(model, error_class, message)
     if status in PERMANENT_STATUS:
         return PermanentCallError(model, error_class, message)
