@@ -16,7 +16,9 @@ from scorers.ebs import score_ebs
 
 def solve(case, model, client):
     """The model work of one case: one call (run ahead in the session's bounded pool)."""
-    return client.complete(model, case.prompt, system=client.context.suite.system, temperature=0.0)
+    context = client.context
+    return client.complete(model, case.prompt, system=context.suite.system, temperature=0.0,
+                           max_tokens=context.max_tokens)
 
 
 pytestmark = pytest.mark.fieldeval(benchmark="ebs", solver=solve)

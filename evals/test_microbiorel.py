@@ -21,9 +21,10 @@ def solve(case, model, client):
     """The model work of one pair: the summary (``--re-mode summarize``), then the relation; both completions."""
     context, first = client.context, None
     if context.mode == "summarize":
-        first = client.complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0)
+        first = client.complete(model, summary_prompt(case), system=SYSTEM_PROMPT, temperature=0.0,
+                                max_tokens=context.max_tokens)
     prompt = classify_prompt(case, classes=context.classes_for(case), summary=first.text if first else None)
-    return first, client.complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0)
+    return first, client.complete(model, prompt, system=SYSTEM_PROMPT, temperature=0.0, max_tokens=context.max_tokens)
 
 
 pytestmark = pytest.mark.fieldeval(benchmark="microbiorel", solver=solve)

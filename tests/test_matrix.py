@@ -355,6 +355,8 @@ def test_stored_runs_and_compare_are_keyed_by_the_combination(project):
 def test_collect_only_prints_calls_tokens_and_cost_per_combination_before_anything_is_paid(project):
     import math
 
+    from fieldeval.benchmarks.ebs import DEFAULT_MAX_TOKENS as EBS_MAX_TOKENS
+
     (project.path / "pyproject.toml").write_text(
         "[tool.fieldeval.prices]\n\"fake-a\" = {input_per_mtok = 2.0, output_per_mtok = 8.0}\n")
     result = project.runpytest_subprocess(*ARGS, "--matrix", "--epochs", "2", "--collect-only", "-q")
@@ -365,10 +367,12 @@ def test_collect_only_prints_calls_tokens_and_cost_per_combination_before_anythi
     tokens = sum(math.ceil((len(c["input"]) + len(system)) / 4) for c in suite["cases"])
     rows = {line.split()[1]: line.split() for line in result.stdout.lines if line.startswith("  ebs ")}
     assert sorted(rows) == ["fake-a-t0", "fake-a-t0.7", "fake-b-t0", "fake-b-t0.7"]
-    # at temperature 0 one call per item; at 0.7 two epochs, two calls per item
-    assert rows["fake-a-t0"][2:6] == [str(CASES), str(CASES), str(tokens), str(100 * CASES)]
-    assert rows["fake-a-t0.7"][2:6] == [str(2 * CASES), str(2 * CASES), str(2 * tokens), str(200 * CASES)]
-    assert float(rows["fake-a-t0.7"][6]) == pytest.approx((2 * tokens * 2.0 + 200 * CASES * 8.0) / 1e6, abs=1e-4)
+    # at temperature 0 one call per item; at 0.7 two epochs, two calls per item; each answer at its budget
+    budget = EBS_MAX_TOKENS
+    assert rows["fake-a-t0"][2:6] == [str(CASES), str(CASES), str(tokens), str(budget * CASES)]
+    assert rows["fake-a-t0.7"][2:6] == [str(2 * CASES), str(2 * CASES), str(2 * tokens), str(2 * budget * CASES)]
+    assert float(rows["fake-a-t0.7"][6]) == pytest.approx((2 * tokens * 2.0 + 2 * budget * CASES * 8.0) / 1e6,
+                                                          abs=1e-4)
     assert rows["fake-b-t0"][6] == "-"  # no price for fake-b
     result.stdout.fnmatch_lines(["*total: 600 calls, unknown (no price for fake-b)*"])
 

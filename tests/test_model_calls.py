@@ -340,3 +340,27 @@ def test_each_retry_waits_its_backoff_after_the_failure_before_it(monkeypatch, r
     assert len(waits) == min(retries, len(failures))
     for number, wait in enumerate(waits, start=1):
         assert wait == 7.0 if number == 2 else 0.5 * 2 ** (number - 1) <= wait <= 0.5 * 2 ** (number - 1) + 0.5
+
+
+def test_the_sessions_seed_goes_to_every_model_that_takes_one_and_no_other():
+    from fieldeval import ModelClient
+    from fieldeval.calls.endpoints import endpoint_models
+
+    client = ModelClient(cache_mode="off", seed=7)
+    client._models["local-server"] = endpoint_models("local-server", "http://127.0.0.1:9/v1")[0]
+    sent = client.request("local-server", "which biome?", temperature=0.0, max_tokens=64).options
+    assert sent == {"temperature": 0.0, "max_tokens": 64, "seed": 7}
+    assert "seed" not in client.request("ebs-baseline", "which biome?").options  # the baseline takes none
+
+
+def test_a_temperature_for_a_model_that_takes_none_is_refused_in_one_line(project):
+    result, _ = run_calls(project, "fake-local", "--temperature", "0.7")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["*temperature 0.7 (--temperature or the matrix): fake-local takes no temperature*"])
+    assert "Traceback" not in result.stderr.str() and not attempts(project)
+
+
+def test_a_model_that_takes_no_temperature_nor_seed_is_named_and_its_epochs_all_run(project):
+    result, _ = run_calls(project, "fake-local", "--epochs", "2", "-k", "case000 or case001")
+    result.assert_outcomes(passed=4)  # two items, two answers each: sampled, not identical at "temperature 0"
+    assert "fake-local takes no temperature and no seed, so its answers are sampled" in result.stdout.str()

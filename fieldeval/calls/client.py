@@ -76,6 +76,7 @@ class ModelClient:
         limits: concurrency slots and rate limits, shared with the session's other processes.
         board: the session's shared board (:class:`fieldeval.calls.pool.Board`): stop flag and dead models.
         max_answer_bytes: the largest answer read; a larger one is an :class:`AnswerTooLargeError`.
+        seed: the sampling seed sent to every model that takes one (a session's ``--seed``; None: none).
     """
 
     retries: int = DEFAULT_RETRIES
@@ -86,6 +87,7 @@ class ModelClient:
     limits: CallLimits = field(default_factory=CallLimits)
     board: Any = None
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    seed: int | None = None
     batch_answers: Any = None  # --batch: the rounds' answers (fieldeval.calls.batches.rounds.BatchAnswers)
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -122,7 +124,7 @@ class ModelClient:
             temperature = params.pop("temperature", temperature)
             extra, epoch, model_id = params, model_id.epoch, model_id.model
         model = self.model(model_id)
-        options = model_options(model, temperature=temperature, max_tokens=max_tokens)
+        options = model_options(model, temperature=temperature, max_tokens=max_tokens, seed=self.seed)
         fields = getattr(model.Options, "model_fields", {})
         options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None

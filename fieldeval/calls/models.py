@@ -44,6 +44,21 @@ def model_options(model, **wanted: Any) -> dict[str, Any]:
 
 
 
+def option_names(model) -> frozenset[str]:
+    """The options an llm model accepts (its ``Options`` fields)."""
+    return frozenset(getattr(model.Options, "model_fields", {}))
+
+
+def sampling_notices(model_ids: Iterable[str]) -> list[str]:
+    """One line for each model that takes neither a temperature nor a seed: its answers are sampled."""
+    lines = []
+    for model_id in dict.fromkeys(model_ids):
+        if not option_names(resolve_model(model_id)) & {"temperature", "seed"}:
+            lines.append(f"fieldeval: {model_id} takes no temperature and no seed, so its answers are sampled and "
+                         "a rerun may score otherwise; measure that with --epochs K")
+    return lines
+
+
 def openai_compatible(model) -> bool:
     """Whether ``model`` is an llm OpenAI chat model fieldeval may call over HTTP itself (no Azure, no extras)."""
     try:
@@ -85,5 +100,6 @@ def without_sdk_retries(model):
 
 
 
-__all__ = ["model_ids", "model_options", "openai_compatible", "resolve_model", "serial_by_default",
+__all__ = ["model_ids", "model_options", "openai_compatible", "option_names", "resolve_model", "sampling_notices",
+           "serial_by_default",
            "without_sdk_retries"]

@@ -9,7 +9,7 @@ of a repeated item, which *is* its label as a string. Without ``--matrix``,
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fieldeval.calls.cells import Combination, label
@@ -20,10 +20,11 @@ NOT_OPTIONS = ("model",)
 
 
 def combinations(models: Sequence[str], grid: Mapping[str, Sequence[Any]], *, epochs: int = 1,
-                 default_temperature: float = 0.0) -> tuple[list[Combination], list[str]]:
+                 default_temperature: float = 0.0, sampled: Collection[str] = ()) -> tuple[list[Combination], list[str]]:
     """Every (model, hyperparameters) cell, each repeated ``epochs`` times, and the notices to print.
 
-    A combination at temperature 0 runs once whatever ``epochs`` says: its answers would be identical.
+    A combination at temperature 0 runs once whatever ``epochs`` says: its answers would be identical; not so a
+    ``sampled`` model (one that takes no temperature, whose plugin samples as it chooses).
     """
     names = [name for name in grid if name not in NOT_OPTIONS]
     cells: list[Combination] = []
@@ -32,8 +33,8 @@ def combinations(models: Sequence[str], grid: Mapping[str, Sequence[Any]], *, ep
         for values in itertools.product(*(list(dict.fromkeys(grid[n])) for n in names)):
             params = dict(zip(names, values))
             temperature = float(params.get("temperature", default_temperature))
-            repeats = epochs if temperature > 0 else 1
-            if epochs > 1 and temperature == 0:
+            repeats = epochs if temperature > 0 or model in sampled else 1
+            if epochs > 1 and repeats == 1:
                 once.append(str(Combination(model, params)))
             if repeats == 1:
                 cells.append(Combination(model, params))
@@ -78,20 +79,34 @@ def tool_grid(tool: Mapping[str, Any], bench: str) -> dict[str, list[Any]]:
     return {str(k): list(v) if isinstance(v, list | tuple) else [v] for k, v in chosen.items()}
 
 
+def untempered(models: Iterable[str]) -> frozenset[str]:
+    """The models that take no temperature option (their plugins sample as they choose)."""
+    from fieldeval.calls.models import option_names, resolve_model
+
+    return frozenset(model for model in models if "temperature" not in option_names(resolve_model(model)))
+
+
 def check_options(cells: Iterable[Combination]) -> None:
-    """Each combination's hyperparameters other than ``temperature`` must be options its llm model accepts."""
-    from fieldeval.calls.client import resolve_model
+    """Each combination's hyperparameters must be options its llm model accepts: a run is never labelled with a
+    setting its model ignored."""
+    from fieldeval.calls.models import option_names, resolve_model
 
     seen: set[tuple[str, str]] = set()
     for cell in cells:
         for name in cell.params:
-            if name == "temperature" or (cell.model, name) in seen:
+            if (cell.model, name) in seen:
                 continue
             seen.add((cell.model, name))
-            fields = getattr(resolve_model(cell.model).Options, "model_fields", {})
+            fields = option_names(resolve_model(cell.model))
+            if name == "temperature" and name not in fields:
+                raise UsageError(f"temperature {float(cell.params[name]):g} (--temperature or the matrix): "
+                                 f"{cell.model} takes no temperature (its llm plugin samples as it chooses), so its "
+                                 f"items would be labelled with a setting it ignored; run {cell.model} without a "
+                                 "temperature and measure its sampling with --epochs K")
             if name not in fields:
                 raise UsageError(f"matrix hyperparameter {name!r}: {cell.model} has no such option; "
                                  f"choose from {', '.join(sorted(fields)) or 'none'} or drop it from the matrix")
 
 
-__all__ = ["Combination", "check_options", "combinations", "label", "parse_temperature", "suite_grid", "tool_grid"]
+__all__ = ["Combination", "check_options", "combinations", "label", "parse_temperature", "suite_grid", "tool_grid",
+           "untempered"]

@@ -64,7 +64,7 @@ class Selection:
         """The benchmark's combinations: the matrix (``--matrix``: the benchmark's declared grid, else
         ``[tool.fieldeval.run.matrix]``) with ``--model`` and ``--temperature`` overriding its lists, each
         repeated ``--epochs`` times."""
-        from fieldeval.run.matrix import check_options, combinations, suite_grid, tool_grid
+        from fieldeval.run.matrix import check_options, combinations, suite_grid, tool_grid, untempered
 
         if name not in self._designs:
             bench, context = self.benchmark(name), self.context(name)
@@ -74,8 +74,9 @@ class Selection:
             models = list(self.options.models) or [str(m) for m in grid.get("model", [])] or [bench.baseline]
             if self.options.temperatures:
                 grid["temperature"] = list(self.options.temperature_values)
+            sampled = exit_on_usage_error(lambda: untempered(models)) if self.options.epochs > 1 else ()
             cells, notices = combinations(models, grid, epochs=self.options.epochs,
-                                          default_temperature=float(bench.temperature(context)))
+                                          default_temperature=float(bench.temperature(context)), sampled=sampled)
             exit_on_usage_error(lambda: check_options(cells))
             self._designs[name] = cells
             self.notices += [line for line in notices if line not in self.notices]

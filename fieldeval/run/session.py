@@ -26,7 +26,7 @@ import pytest
 
 from fieldeval.calls.cells import model_of
 from fieldeval.calls.client import ModelClient, resolve_model
-from fieldeval.errors import UsageError
+from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.run.intake import Intake
 from fieldeval.run.memory import keeps_passed_reports
 from fieldeval.run.options import EngineOptions
@@ -143,13 +143,17 @@ class EvalSession:
                 bench.warm(selection.bench_options[name], list(dict.fromkeys(map(model_of, models))))
 
     def announce(self) -> None:
-        """Print the design's notices (``--epochs`` at temperature 0), one line each, once (controller)."""
+        """Print the design's notices (``--epochs`` at temperature 0, models whose answers are sampled), one line
+        each, once (controller)."""
         if self.is_worker:
             return
         if self.options.designed:
             for name in self.selected:
                 self.selection.design(name)
-        for line in self.selection.notices:
+        from fieldeval.calls.models import sampling_notices
+
+        models = [model_of(cell) for name in self.selected for cell in self.selection.models_for(name)]
+        for line in [*self.selection.notices, *exit_on_usage_error(lambda: sampling_notices(models))]:
             self.display.say(line, yellow=True)
 
     def plan(self, keys: list[tuple[str, str] | None]) -> None:

@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, lazy, option
 from fieldeval.benchmarks.ebs.items import ITEMS
 from fieldeval.benchmarks.ebs.truth import TRUTH_RULES, TruthRule
+from fieldeval.errors import UsageError
 
 if TYPE_CHECKING:
     from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite
     from scorers.ebs import OntologyIndex
 
 __all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
+
+DEFAULT_MAX_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class EbsOptions:
         "--ebs-truth", choices=TRUTH_RULES, scoring_rule=True,
         help="score a case whose truth label is not its CURIE's label against the CURIE, as upstream does, or "
              "against the term the label names (default: curie)"))
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
+        "--ebs-max-tokens", metavar="N",
+        help=f"generation budget for EBS answers, sent to every model that takes one (default: {DEFAULT_MAX_TOKENS}; "
+             "an answer is one 'label [CURIE]')"))
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class EbsContext:
     enums: dict[str, frozenset[str]]
     ontology: str | None = None
     truth_rule: TruthRule = "curie"
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
     @cached_property
     def _names(self) -> dict[str, str]:
@@ -70,8 +78,10 @@ def load(options: EbsOptions) -> EbsContext:
     from fieldeval.benchmarks.ebs.suite import load_suite
     from fieldeval.ontology import load_index
 
+    if options.max_tokens < 1:
+        raise UsageError(f"--ebs-max-tokens {options.max_tokens}: must be at least 1, e.g. {DEFAULT_MAX_TOKENS}")
     return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir),
-                      options.ontology, options.truth)
+                      options.ontology, options.truth, options.max_tokens)
 
 
 def _cases(context: EbsContext) -> tuple[EbsCase, ...]:

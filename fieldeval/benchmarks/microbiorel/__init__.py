@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from fieldeval.benchmark import Benchmark, Chart, Dashboard, Metric, RunMeta, lazy, option
 from fieldeval.benchmarks.microbiorel.items import ITEMS
+from fieldeval.errors import UsageError
 
 if TYPE_CHECKING:
     from fieldeval.benchmarks.microbiorel.cases import RelationCase
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["BENCHMARK", "MicrobioRelContext", "MicrobioRelOptions"]
 
 BASELINE = "re-baseline"
+DEFAULT_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class MicrobioRelOptions:
         "--re-mode", choices=["direct", "summarize"],
         help="MicrobioRel prompting: classify directly, or summarise the pair first as the paper does "
              "(default: direct)"))
+    max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
+        "--re-max-tokens", metavar="N",
+        help=f"generation budget for each MicrobioRel call (the relation, and the summary with --re-mode summarize), "
+             f"sent to every model that takes one (default: {DEFAULT_MAX_TOKENS})"))
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class MicrobioRelContext:
     cases: tuple[RelationCase, ...]
     mode: Mode
     candidates: Candidates
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
     def classes_for(self, case: RelationCase) -> tuple[str, ...]:
         """The classes the prompt offers for this case."""
@@ -56,7 +63,10 @@ def load(options: MicrobioRelOptions) -> MicrobioRelContext:
     """Load the test split."""
     from fieldeval.benchmarks.microbiorel.cases import load_split
 
-    return MicrobioRelContext(load_split("test"), mode=options.mode, candidates=options.candidates)
+    if options.max_tokens < 1:
+        raise UsageError(f"--re-max-tokens {options.max_tokens}: must be at least 1, e.g. {DEFAULT_MAX_TOKENS}")
+    return MicrobioRelContext(load_split("test"), mode=options.mode, candidates=options.candidates,
+                              max_tokens=options.max_tokens)
 
 
 def warm(options: MicrobioRelOptions, models: Sequence[str]) -> None:
