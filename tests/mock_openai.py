@@ -15,7 +15,8 @@ The model name in each request picks the behaviour:
 ``STATS.messages`` keeps each request's messages as received (for a server run in the test's process).
 ``GET /stats`` returns the requests seen (count, per model, per Authorization header), the most in flight at once,
 and the server's clock at the first request's start and the last response's end;
-``POST /reset`` clears them and takes ``{"delay": seconds}``.
+``POST /reset`` clears them and takes ``{"delay": seconds, "slots": n}``: with ``slots``, the server answers that
+many requests at a time and queues the rest, as a llama.cpp server with one slot does (default: no queue).
 
 A request is in flight from when it is read until just before its answer is written: a caller can start its next
 request only after it has the answer, so the count in flight never includes two requests that did not overlap.
@@ -48,8 +49,9 @@ class Stats:
         self.reset(0.0)
 
     def reset(self, delay: float, *, hold: bool = False, callers: int | None = None, processes: int = 1,
-              total: int | None = None) -> None:
-        """Clear the counts; ``delay``: seconds before each answer.
+              total: int | None = None, slots: int | None = None) -> None:
+        """Clear the counts; ``delay``: seconds before each answer; ``slots``: requests served at once (the rest
+        wait their turn, and their wait counts in their latency), None: all at once.
 
         Args:
             hold: hold every answer until :meth:`release`.
@@ -60,6 +62,7 @@ class Stats:
         """
         with self.lock:
             self.delay = delay
+            self.serving = threading.Semaphore(slots) if slots else None
             self.requests = 0
             self.by_model: dict[str, int] = {}
             self.by_key: dict[str, int] = {}
@@ -190,7 +193,8 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         if self.path.rstrip("/").endswith("/reset"):
-            STATS.reset(float((json.loads(raw or b"{}")).get("delay", 0.0)))
+            settings = json.loads(raw or b"{}")
+            STATS.reset(float(settings.get("delay", 0.0)), slots=settings.get("slots"))
             self._send(200, b"{}")
             return
         if self.path.rstrip("/").endswith("/slots"):
@@ -209,8 +213,15 @@ class Handler(BaseHTTPRequestHandler):
         self.counted = True
         try:
             STATS.gate()
-            if STATS.delay:
-                time.sleep(STATS.delay)
+            serving = STATS.serving
+            if serving is not None:
+                serving.acquire()  # queued behind the requests being served
+            try:
+                if STATS.delay:
+                    time.sleep(STATS.delay)
+            finally:
+                if serving is not None:
+                    serving.release()
             if model == "mock-hang":
                 time.sleep(3600)
             if model == "mock-500":

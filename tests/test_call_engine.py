@@ -75,6 +75,16 @@ def _stored_errors(store: Path) -> list[dict]:
         return opened.get_run(run.run_id)["errors"]
 
 
+def test_a_one_slot_server_at_the_default_concurrency_times_out_no_call(http_project):
+    # a local llama.cpp server answers one request at a time: 16 calls at once would each wait for the ones before
+    # them, 16 x 0.4 s, past a 2 s --call-timeout; the adaptive limit keeps the queue at one or two answers
+    STATS.reset(0.4, slots=1)
+    result, report = _run(http_project, "mock-ok", 16, "--call-timeout", "2", "--retries", "0", "--cache", "off")
+    result.assert_outcomes(passed=16)
+    assert STATS.as_dict()["requests"] == 16 and STATS.as_dict()["max_in_flight"] <= 2
+    assert report["evals"]["benchmarks"]["ebs"]["mock-ok"]["errors"] == 0
+
+
 def test_retries_n_mean_exactly_n_plus_1_requests(http_project):
     store = http_project.path / "store.db"
     result, report = _run(http_project, "mock-500", 3, "--retries", "2", "--cache", "off", "-n", "0",
@@ -172,7 +182,7 @@ def test_the_bound_holds_for_the_whole_session_whatever_n_is(http_project, serve
     (http_project.path / "conftest.py").write_text(SLOT_REPORTS)
     STATS.reset(0.0, callers=callers, processes=processes, total=items)
     result, report = _run(http_project, "mock-ok", items, "--concurrency", concurrency, "-n", workers,
-                          "--workers-as-given",
+                          "--workers-as-given", "--fixed-concurrency",  # the bound itself, not what latency allows
                           "--cache", "off")
     result.assert_outcomes(passed=items)
     seen = STATS.as_dict()
@@ -284,7 +294,7 @@ def test_ctrl_c_stops_spending(http_project):
     _suite(http_project, 100)
     args = [sys.executable, "-m", "pytest", "evals", "--model", "mock-ok", "--ebs-suite", "suite.yaml",
             "--ontology", TINY_SELECTOR, "--enum-dir", str(TINY_ENUMS), "--store", "none", "-p", "no:cacheprovider",
-            "--concurrency", str(concurrency), "-n", "0", "--cache", "off", "-q"]
+            "--concurrency", str(concurrency), "--fixed-concurrency", "-n", "0", "--cache", "off", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(args, cwd=http_project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

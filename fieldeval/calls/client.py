@@ -33,7 +33,8 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from fieldeval.calls.cells import Combination
+from fieldeval.calls.adaptive import AdaptiveLimit, local_endpoint
+from fieldeval.calls.cells import Combination, model_of
 from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache
 from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, ContextExceededError, InvalidReplyError,
                                       ModelCallError, PermanentCallError, TransientCallError, classify)
@@ -77,6 +78,8 @@ class ModelClient:
         board: the session's shared board (:class:`fieldeval.calls.pool.Board`): stop flag and dead models.
         max_answer_bytes: the largest answer read; a larger one is an :class:`AnswerTooLargeError`.
         seed: the sampling seed sent to every model that takes one (a session's ``--seed``; None: none).
+        adaptive: an HTTP endpoint's calls in flight follow its latency (:mod:`fieldeval.calls.adaptive`), up to
+            the concurrency bound; False: the bound alone.
     """
 
     retries: int = DEFAULT_RETRIES
@@ -88,6 +91,7 @@ class ModelClient:
     board: Any = None
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     seed: int | None = None
+    adaptive: bool = True
     batch_answers: Any = None  # --batch: the rounds' answers (fieldeval.calls.batches.rounds.BatchAnswers)
     _dead: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _models: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -97,6 +101,8 @@ class ModelClient:
     _board_checked: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _answered: set[str] = field(default_factory=set, init=False, repr=False)  # models that answered a call
     _overflows: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # context errors before one
+    _gates: dict[tuple[str, str], AdaptiveLimit] = field(default_factory=dict, init=False, repr=False)
+    _gate_of: dict[str, AdaptiveLimit | None] = field(default_factory=dict, init=False, repr=False)  # by model id
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_answer_bytes, int) or self.max_answer_bytes < 1:
@@ -195,10 +201,27 @@ class ModelClient:
         def attempt() -> Completion:
             nonlocal sent
             self._raise_if_stopped(request.model_id)
-            lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait, serial=request.serial)
-            self._raise_if_stopped(request.model_id, lease)
-            sent += 1
-            return self._attempt(request, lease)
+            gate = self._gate(request)
+            if gate is None:
+                lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait,
+                                            serial=request.serial)
+                self._raise_if_stopped(request.model_id, lease)
+                sent += 1
+                return self._attempt(request, lease)
+            gate.acquire(lambda: self._raise_if_stopped(request.model_id))  # not counted in --call-timeout
+            ended: dict[str, Any] = {}
+            try:
+                lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait)
+                self._raise_if_stopped(request.model_id, lease)
+                sent += 1
+                completion = self._attempt(request, lease)
+                ended = {"latency": completion.response_time_s, "tokens": completion.completion_tokens}
+                return completion
+            except TransientCallError as error:
+                ended = {"overloaded": isinstance(error, CallTimeoutError) or error.overloaded}
+                raise
+            finally:
+                gate.release(**ended)
 
         failed: list[TransientCallError] = []
 
@@ -228,6 +251,29 @@ class ModelClient:
             what = "valid reply" if isinstance(error, InvalidReplyError) else "response"
             raise ModelCallError(request.model_id, f"no {what} after {sent} request(s): {error.detail}",
                                  kind="transient") from None
+
+    def _gate(self, request: Request) -> AdaptiveLimit | None:
+        """The adaptive limit of the request's endpoint (an OpenAI-compatible model's server and model name), or
+        None (not an HTTP model, or ``adaptive`` off)."""
+        try:
+            return self._gate_of[request.model_id]
+        except KeyError:
+            pass
+        gate = None
+        model = self.model(request.model_id)
+        if self.adaptive and openai_compatible(model):
+            base = getattr(model, "api_base", None) or "https://api.openai.com/v1"
+            cap = self.limits.bound(_configured(request, self.limits.models))
+            with self._lock:
+                gate = self._gates.setdefault((base, model.model_name or model.model_id), AdaptiveLimit(
+                    cap, call_timeout=self.call_timeout, initial=1 if local_endpoint(base) else cap))
+        self._gate_of[request.model_id] = gate
+        return gate
+
+    def concurrency(self, model: str) -> str | None:
+        """The calls in flight of a model's endpoint and its adaptive limit, as the progress line shows them."""
+        gate = self._gate_of.get(model_of(model))
+        return None if gate is None else str(gate)
 
     def _end_model(self, model_id: str, message: str) -> None:
         """No more calls to this model, in any process of the session."""

@@ -108,9 +108,16 @@ def _first_number(patterns: tuple[re.Pattern, ...], text: str) -> int | None:
 class TransientCallError(ModelCallError):
     """A failure worth another try, perhaps after the provider's Retry-After."""
 
-    def __init__(self, model: str, error_class: str, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, model: str, error_class: str, message: str, *, retry_after: float | None = None,
+                 status: int | None = None) -> None:
         super().__init__(model, f"{error_class}: {message}", kind="transient")
         self.retry_after = retry_after
+        self.status = status  # the HTTP status, when there was one
+
+    @property
+    def overloaded(self) -> bool:
+        """Whether the failure says the server has too much to do (HTTP 429 or 503)."""
+        return self.status in (429, 503)
 
 
 class InvalidReplyError(TransientCallError):
@@ -226,7 +233,7 @@ def classify(model: str, error: BaseException) -> ModelCallError:
         return PermanentCallError(model, error_class, message)
     if status in PERMANENT_STATUS:
         return PermanentCallError(model, error_class, message)
-    return TransientCallError(model, error_class, message, retry_after=retry_after(error))
+    return TransientCallError(model, error_class, message, retry_after=retry_after(error), status=status)
 
 
 def failure_class(report: Any, model_error: str | None) -> dict[str, str]:

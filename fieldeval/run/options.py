@@ -45,7 +45,11 @@ class EngineOptions:
              "one CI job per model, merged with `fieldeval runs merge` (with --run-group)"))
     concurrency: int = field(default=DEFAULT_CONCURRENCY, metadata=option(
         "--concurrency", metavar="C",
-        help=f"model calls in flight for the whole session, shared by xdist workers (default: {DEFAULT_CONCURRENCY})"))
+        help=f"most model calls in flight for the whole session, shared by xdist workers; each HTTP endpoint gets as "
+             f"many as its latency shows it can take, up to this (default: {DEFAULT_CONCURRENCY})"))
+    fixed_concurrency: bool = field(default=False, metadata=option(
+        "--fixed-concurrency",
+        help="send every endpoint --concurrency calls at once from the start, not the number its latency allows"))
     workers_as_given: bool = field(default=False, metadata=option(
         "--workers-as-given",
         help="start pytest-xdist's -n workers as given (default: an eval session starts as many as its items can "

@@ -38,6 +38,7 @@ class Progress:
     clock: Callable[[], float] = time.monotonic
     first_done: dict[Key, float] = field(default_factory=dict)
     epochs_of: Callable[[Key], int] = lambda key: 1  # answers per item (``--epochs``): counts are of answers
+    concurrency: Callable[[str], str | None] = lambda model: None  # a model's calls in flight and adaptive limit
 
     def plan(self, keys: list[Key]) -> None:
         """Set the planned items from the collected ``(benchmark, model)`` of each item."""
@@ -76,7 +77,8 @@ class Progress:
         counts = f"{done}/{total} {unit}"
         if epochs > 1:
             counts += f" ({round(total / epochs)} items x {epochs} epochs)"
-        return f"{key[0]} {key[1]}: {counts}, {self.errors[key]} error(s), {pace}"
+        calls = self.concurrency(key[1])
+        return f"{key[0]} {key[1]}: {counts}, {self.errors[key]} error(s), {pace}" + (f", calls {calls}" if calls else "")
 
     def as_dict(self) -> dict:
         """The ``--progress-file`` payload."""

@@ -63,7 +63,7 @@ class EvalSession:
         self.pytest_session: pytest.Session | None = None
         self.resumed_settings: dict[str, Any] | None = None  # --resume: the stored run's settings
         self.module_benchmarks: dict[str, tuple[str, ...]] = {}  # eval modules (as node ids begin) -> benchmarks
-        self.progress = Progress(epochs_of=self.selection.epochs_of)
+        self.progress = Progress(epochs_of=self.selection.epochs_of, concurrency=client.concurrency)
         self.display = ProgressDisplay(config, self.progress, options.progress_file, self.stop_for_full_disk)
         self.solving = Solving(client, self.selection, batch=batch_settings(options))
         self.intake = Intake(session_dir, on_failed=self._count_failure, on_error=self._announce_permanent,

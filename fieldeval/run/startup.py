@@ -125,7 +125,8 @@ def new_session(config: pytest.Config, options: EngineOptions, bench_options: di
                         worker=worker, rate_dir=session_dir, hold_s=options.call_timeout)
     client = ModelClient(retries=options.retries, call_timeout=options.call_timeout, cache_mode=options.cache,
                          cache=cache, prices=load_prices(tool, options.prices), limits=limits,
-                         max_answer_bytes=options.max_answer_bytes, seed=options.seed)
+                         max_answer_bytes=options.max_answer_bytes, seed=options.seed,
+                         adaptive=not options.fixed_concurrency)
     if session_dir is not None:
         from fieldeval.calls.pool import Board
 
