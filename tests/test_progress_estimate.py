@@ -44,6 +44,14 @@ def test_every_estimate_after_the_first_round_is_within_a_factor_of_two_of_the_t
         assert truth / 2 <= left <= truth * 2, (truth, line)
 
 
+def test_a_slow_model_reads_in_seconds_per_item_and_cached_answers_read_no_rate():
+    # a local model at 14 s an item read "0.0 items/s"; 100 cached answers in a blink read "844382.2 items/s"
+    *_, (_, slow) = _simulate(6, 1, 14.0, startup=0.0)
+    assert slow == "ebs m: 6/6 items, 0 error(s), 14.0 s/item, done"
+    *_, (_, cached) = _simulate(100, 100, 0.00001, startup=0.0)
+    assert cached == "ebs m: 100/100 items, 0 error(s), done"
+
+
 def test_the_last_line_says_done_with_the_rate():
     *_, (_, last) = _simulate(10, 2, 1.0, startup=0.0)
     assert re.fullmatch(r"ebs m: 10/10 items, 0 error\(s\), [\d.]+ items/s, done", last)

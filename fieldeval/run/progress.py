@@ -23,7 +23,13 @@ if TYPE_CHECKING:
 TTY_REDRAW_S = 0.5
 LOG_LINE_S = 10.0
 
+MIN_RATE_SPAN_S = 1.0
 Key = tuple[str, str]  # (benchmark, model)
+
+
+def _speed(rate: float, unit: str) -> str:
+    """``3.1 items/s``, or ``14.2 s/item`` below one a second (a local model), so that neither reads 0.0."""
+    return f"{rate:.1f} {unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{unit.removesuffix('s')}"
 
 
 @dataclass
@@ -57,7 +63,7 @@ class Progress:
         concurrent calls share, left out); None until a second one has."""
         first = self.first_done.get(key)
         elapsed = self.clock() - first if first is not None else 0.0
-        if self.done[key] < 2 or elapsed <= 0:
+        if self.done[key] < 2 or elapsed < MIN_RATE_SPAN_S:  # a rate over a blink (cached answers) means nothing
             return None
         return (self.done[key] - 1) / elapsed
 
@@ -69,11 +75,11 @@ class Progress:
         epochs = self.epochs_of(key)
         unit = "items" if epochs <= 1 else "answers"
         if done >= total:
-            pace = "done" if rate is None else f"{rate:.1f} {unit}/s, done"
+            pace = "done" if rate is None else f"{_speed(rate, unit)}, done"
         elif rate is None:
             pace = "estimating"
         else:
-            pace = f"{rate:.1f} {unit}/s, {(total - done) / rate:.0f} s left"
+            pace = f"{_speed(rate, unit)}, {(total - done) / rate:.0f} s left"
         counts = f"{done}/{total} {unit}"
         if epochs > 1:
             counts += f" ({round(total / epochs)} items x {epochs} epochs)"
