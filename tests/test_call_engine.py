@@ -140,14 +140,14 @@ def _report(**counts):
         reply.read()
 
 
-def _acquire_reported(self, model, timeout):
+def _acquire_reported(self, model, timeout, **how):
     try:
-        lease = _acquire(self, model, 0)  # a slot free at once
+        lease = _acquire(self, model, 0, **how)  # a slot free at once
         _report(holding=1)
     except SlotWaitTimeout:
         _report(waiting=1)
         try:
-            lease = _acquire(self, model, timeout)
+            lease = _acquire(self, model, timeout, **how)
         except BaseException:
             _report(waiting=-1)
             raise

@@ -199,7 +199,7 @@ def test_failed_calls_are_one_line_each_not_tracebacks(project):
 
 
 def test_progress_lines_in_a_log_and_none_with_q(project, monkeypatch):
-    monkeypatch.setenv("FAKE_DELAY", "0.05")
+    monkeypatch.setenv("FAKE_DELAY", "0.1")  # 1.5 s in all: a rate is shown once a second has passed
     result, _ = run_calls(project, "fake-slow", "--concurrency", "2")
     result.stdout.fnmatch_lines(["fieldeval progress: ebs fake-slow: */30 items, 0 error(s), * items/s*"])
     quiet, _ = run_calls(project, "fake-slow", "--concurrency", "2", "-q")

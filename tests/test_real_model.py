@@ -96,8 +96,10 @@ def _run(workdir: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict |
     return result, (json.loads(path.read_text()) if path.is_file() else None)
 
 
-def _rows(report: dict) -> list[dict]:
-    return [json.loads(line) for line in Path(report["evals_rows"]).read_text().splitlines()]
+def _rows(workdir: Path, report: dict) -> list[dict]:
+    """The run's rows (``reports/runs/<run_id>/rows.jsonl``, as ``report["evals_rows"]`` points to it)."""
+    path = workdir / "reports" / report["evals_rows"]["path"]
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,7 @@ def test_every_benchmark_through_the_server_errs_on_no_item_and_records_what_the
     benchmarks = report["evals"]["benchmarks"]
     assert {name: benchmarks[name]["smollm2"]["errors"] for name in benchmarks} == {"ebs": 0, "ibf": 0,
                                                                                    "microbiorel": 0}
-    rows = _rows(report)
+    rows = _rows(tmp_path, report)
     assert len(rows) == 5 and _served(log) - before == 5  # one call per item, each answered by the server
     for row in rows:  # usage as the server reported it, and the time the call took
         assert row["prompt_tokens"] > 0 and row["completion_tokens"] > 0 and row["response_time_s"] > 0
@@ -133,7 +135,7 @@ def test_every_benchmark_through_the_server_errs_on_no_item_and_records_what_the
     served = _served(log)
     again, cached = _run(tmp_path, "--model", "smollm2", "--store", store)
     assert cached is not None, again.stdout[-3000:]
-    assert _served(log) == served and all(row["cached"] for row in _rows(cached))
+    assert _served(log) == served and all(row["cached"] for row in _rows(tmp_path, cached))
 
 
 def test_two_runs_at_temperature_0_with_a_seed_give_the_same_answers(smollm2_server, registered, tmp_path):
@@ -143,7 +145,7 @@ def test_two_runs_at_temperature_0_with_a_seed_give_the_same_answers(smollm2_ser
         result, report = _run(tmp_path / f"run{number}", "--model", "smollm2", "--store", store, "--cache", "off",
                               "--seed", "11")
         assert report is not None, result.stdout[-3000:]
-        answers.append({row["nodeid"]: row["response_text"] for row in _rows(report)})
+        answers.append({row["nodeid"]: row["response_text"] for row in _rows(tmp_path / f"run{number}", report)})
     assert answers[0] == answers[1] and len(answers[0]) == 5
 
 

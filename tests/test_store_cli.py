@@ -48,8 +48,25 @@ def test_runs_list_filters_by_benchmark(store_url, capsys):
 
 def test_runs_show_prints_headline_metrics_with_intervals(store_url, capsys):
     assert main(["runs", "show", "run_3b9e204a"]) == 0
-    out = capsys.readouterr().out
-    assert "2.600 (2.500-2.700)" in out and "threshold_pass_rate" in out
+    lines = capsys.readouterr().out.splitlines()
+    row = next(number for number, line in enumerate(lines) if "mean_dimension_score" in line)
+    assert "2.600" in lines[row] and "(2.500-2.700)" in lines[row + 1]  # the value above its interval
+    assert any("threshold_pass_rate" in line for line in lines)
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_runs_show_keeps_the_model_and_whole_intervals_within_the_terminal(store_url, capsys, monkeypatch, columns):
+    # at 250 columns the model column went missing and the intervals were cut (a row per model, a column per metric)
+    import sys
+
+    monkeypatch.setenv("COLUMNS", str(columns))  # the terminal's width, as rich reads it
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["runs", "show", "run_3b9e204a"]) == 0
+    import re
+
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # a terminal gets colours
+    assert max(map(len, out.splitlines())) <= columns
+    assert "phi-3-mini-4k" in out and "(2.500-2.700)" in out and "…" not in out
 
 
 def test_runs_compare_puts_two_models_side_by_side(store_url, capsys):

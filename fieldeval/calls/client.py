@@ -101,7 +101,7 @@ class ModelClient:
     _board_checked: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _answered: set[str] = field(default_factory=set, init=False, repr=False)  # models that answered a call
     _overflows: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # context errors before one
-    _gates: dict[tuple[str, str], AdaptiveLimit] = field(default_factory=dict, init=False, repr=False)
+    _gates: dict[str, AdaptiveLimit] = field(default_factory=dict, init=False, repr=False)
     _gate_of: dict[str, AdaptiveLimit | None] = field(default_factory=dict, init=False, repr=False)  # by model id
 
     def __post_init__(self) -> None:
@@ -134,7 +134,8 @@ class ModelClient:
         fields = getattr(model.Options, "model_fields", {})
         options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
-        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch, serial_by_default(model))
+        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch, serial_by_default(model),
+                       _endpoint_of(model))
 
     def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                  max_tokens: int | None = None, schema: dict | None = None) -> Completion:
@@ -260,13 +261,14 @@ class ModelClient:
         except KeyError:
             pass
         gate = None
-        model = self.model(request.model_id)
-        if self.adaptive and openai_compatible(model):
-            base = getattr(model, "api_base", None) or "https://api.openai.com/v1"
+        if self.adaptive and request.endpoint is not None:
             cap = self.limits.bound(_configured(request, self.limits.models))
             with self._lock:
-                gate = self._gates.setdefault((base, model.model_name or model.model_id), AdaptiveLimit(
-                    cap, call_timeout=self.call_timeout, initial=1 if local_endpoint(base) else cap))
+                gate = self._gates.get(request.endpoint)
+                if gate is None:
+                    initial = 1 if local_endpoint(request.endpoint.split(" ", 1)[0]) else cap
+                    gate = self._gates[request.endpoint] = AdaptiveLimit(cap, call_timeout=self.call_timeout,
+                                                                         initial=initial)
         self._gate_of[request.model_id] = gate
         return gate
 
@@ -449,6 +451,13 @@ def _configured(request: Request, table: Mapping[str, Any]) -> str:
     if request.model_id in table or request.resolved_id not in table:
         return request.model_id
     return request.resolved_id
+
+
+def _endpoint_of(model: Any) -> str | None:
+    """``"<base URL> <model name>"`` of an OpenAI-compatible model, called over HTTP here; None for any other."""
+    if not openai_compatible(model):
+        return None
+    return f"{getattr(model, 'api_base', None) or 'https://api.openai.com/v1'} {model.model_name or model.model_id}"
 
 
 def _messages(request: Request) -> list[dict[str, str]]:

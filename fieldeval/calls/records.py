@@ -82,6 +82,7 @@ class Request:
     schema: dict | None
     epoch: int | None = None  # the repeat of an item (``--epochs``); 2 and up are keyed apart
     serial: bool = False  # the model runs inside this process: one call at a time (calls.models.serial_by_default)
+    endpoint: str | None = None  # an OpenAI-compatible model's base URL and model name (its adaptive limit's key)
 
     @property
     def key(self) -> str:

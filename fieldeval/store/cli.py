@@ -93,6 +93,12 @@ def _kept_status(folder: Any) -> str:
     return f"the store refused it, run {status.get('run_status') or status.get('status', '?')}"
 
 
+# the totals `runs show` prints: the calls' time is their sum, which concurrent calls overlap (not the run's span)
+TOTAL_ROWS = (("items", "items"), ("cached", "cached"), ("prompt_tokens", "prompt tokens"),
+              ("completion_tokens", "completion tokens"), ("est_cost_usd", "cost (USD)"),
+              ("response_time_s", "calls' time, summed (s)"))
+
+
 def _runs_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -117,23 +123,26 @@ def _runs_show(args: argparse.Namespace) -> int:
         legend = interval_legend(bench, by_model) if bench in installed else []
         called = installed[bench].clusters_called if bench in installed else "clusters"
         title = f"value (ci95 on new {called}; on more samples from these)" if legend else "value (ci95 lo-hi)"
+        # metrics as rows and a column per model, each value above its intervals: readable at 80 columns
         table = Table(title=escape(f"{bench}: {title}"), title_justify="left")
-        table.add_column("model")
+        table.add_column("metric", no_wrap=True)
+        for model in by_model:
+            table.add_column(escape(model), justify="right", overflow="fold")
         for metric in headline:
-            table.add_column(escape(metric), justify="right", no_wrap=True)
-        for model, metrics in by_model.items():
-            table.add_row(escape(model), *(format_metric(metrics.get(metric)) for metric in headline))
+            table.add_row(escape(metric), *(format_metric(metrics.get(metric)).replace(" (", "\n(", 1)
+                                            for metrics in by_model.values()))
         console.print(table)
         for line in legend + (few_cluster_notes(bench, by_model) if bench in installed else []):
             console.print(escape(f"  {line}"))
     if run.get("totals"):
         table = Table(title="totals", title_justify="left")
-        keys = ["items", "cached", "prompt_tokens", "completion_tokens", "est_cost_usd", "response_time_s"]
-        table.add_column("model")
-        for key in keys:
-            table.add_column(key, justify="right")
-        for model, total in run["totals"].items():
-            table.add_row(escape(model), *(fmt(total.get(key)) for key in keys))
+        table.add_column("total", no_wrap=True)
+        for model in run["totals"]:
+            table.add_column(escape(model), justify="right", overflow="fold")
+        missing = {"prompt_tokens": "not reported", "completion_tokens": "not reported", "est_cost_usd": "no price"}
+        for key, name in TOTAL_ROWS:
+            table.add_row(name, *(fmt(total.get(key)) if total.get(key) is not None else missing.get(key, "-")
+                                  for total in run["totals"].values()))
         console.print(table)
     if run["errors"]:
         table = Table(title=f"errored items ({len(run['errors'])})", title_justify="left")
