@@ -700,3 +700,27 @@ def pytest_runtest_setup(item):
     assert (http_project.path / "killed").is_file()
     assert 16 <= STATS.as_dict()["requests"] <= 16 + 4  # at most the killed worker's calls in flight again
     assert STATS.as_dict()["max_in_flight"] <= 4
+
+
+def test_a_name_pointed_at_another_server_never_answers_from_the_first_ones_cache(tmp_path):
+    # `fieldeval models add NAME --endpoint NEW --replace` took every answer from the old server's cache entries
+    from fieldeval import ModelClient
+    from fieldeval.calls.cache import ResponseCache
+    from fieldeval.calls.endpoints import endpoint_models
+
+    first, second = serve(), serve()
+    cache = ResponseCache(tmp_path / "responses.sqlite")
+
+    def ask(server) -> bool:
+        client = ModelClient(cache_mode="use", cache=cache)
+        client._models["local"] = endpoint_models("local", f"http://127.0.0.1:{server.server_address[1]}/v1")[0]
+        return client.complete("local", "Sample from USA: Iowa. Which biome?").cached
+
+    try:
+        STATS.reset(0.0)
+        assert not ask(first) and ask(first)  # asked, then read back from the cache
+        assert not ask(second) and STATS.as_dict()["requests"] == 2  # re-pointed: the new server is asked
+        assert ask(second) and STATS.as_dict()["requests"] == 2
+    finally:
+        first.shutdown()
+        second.shutdown()

@@ -39,12 +39,14 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-def cache_key(model_id: str, options: dict[str, Any], system: str | None, prompt: str, schema: dict | None) -> str:
-    """The sha256 of everything that determines a response."""
-    material = json.dumps(
-        {"model": model_id, "options": options, "system": system, "prompt": prompt, "schema": schema},
-        sort_keys=True, ensure_ascii=False, default=str,
-    )
+def cache_key(model_id: str, options: dict[str, Any], system: str | None, prompt: str, schema: dict | None,
+              endpoint: str | None = None) -> str:
+    """The sha256 of everything that determines a response: with ``endpoint`` (an HTTP model's server and model
+    name), a name pointed at another server never answers from the first one's entries."""
+    fields = {"model": model_id, "options": options, "system": system, "prompt": prompt, "schema": schema}
+    if endpoint is not None:
+        fields["endpoint"] = endpoint
+    material = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 

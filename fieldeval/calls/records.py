@@ -86,12 +86,12 @@ class Request:
 
     @property
     def key(self) -> str:
-        """The sha256 of model, options, system prompt, prompt and schema (and the epoch, from the second on:
-        the first epoch is the plain call, so a single-answer run's cache serves it)."""
+        """The sha256 of model, options, system prompt, prompt and schema, and an HTTP model's endpoint (and the
+        epoch, from the second on: the first epoch is the plain call, so a single-answer run's cache serves it)."""
         if self.epoch is not None and self.epoch > 1:
             return cache_key(self.resolved_id, {**self.options, "epoch": self.epoch}, self.system, self.prompt,
-                             self.schema)
-        return cache_key(self.resolved_id, self.options, self.system, self.prompt, self.schema)
+                             self.schema, self.endpoint)
+        return cache_key(self.resolved_id, self.options, self.system, self.prompt, self.schema, self.endpoint)
 
 
 __all__ = ["Completion", "Request", "completion_fields"]
