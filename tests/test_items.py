@@ -105,6 +105,33 @@ def test_where_sort_and_limit_pick_the_items_pandas_picks(offline_run, capsys):
     assert lines[0].split("\t")[:6] == ["benchmark", "model", "case_id", "cluster", "stratum", "status"]
 
 
+def test_items_sort_and_filter_on_what_each_call_cost(offline_run, capsys):
+    # a real model's run is read by its slowest and longest answers
+    run_id, store, _ = offline_run
+    code, out, _ = _cli(capsys, "runs", "items", run_id, "--benchmark", "ibf", "--json", "--store", store)
+    every = json.loads(out)
+    middle = sorted(item["response_time_s"] for item in every)[len(every) // 2]
+    code, out, _ = _cli(capsys, "runs", "items", run_id, "--benchmark", "ibf", "--sort", "-response_time_s",
+                        "--where", f"response_time_s > {middle!r}", "--json", "--store", store)
+    assert code == 0
+    got = json.loads(out)
+    want = sorted((item for item in every if item["response_time_s"] > middle), key=lambda i: -i["response_time_s"])
+    assert [item["response_time_s"] for item in got] == [item["response_time_s"] for item in want] and want
+
+
+def test_runs_items_headers_break_after_underscores_not_a_letter_at_a_time(offline_run, capsys, monkeypatch):
+    import re
+
+    run_id, store, _ = offline_run
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, out, _ = _cli(capsys, "runs", "items", run_id, "--benchmark", "ibf", "--limit", "3", "--store", store)
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", out).splitlines()
+    assert code == 0 and max(map(len, lines)) <= 120
+    assert any(re.search(r"\bhazard_\s", line) for line in lines)  # "hazard_" above "recognition"
+    assert not any(re.fullmatch(r"[\s\w]*\b[a-z]\b[\s\w]*", line) and len(line.split()) > 4 for line in lines)
+
+
 def test_items_frame_has_one_row_per_item(offline_run):
     run_id, store, reports = offline_run
     frame = fieldeval.items_frame(run_id, store)

@@ -14,6 +14,7 @@ from typing import Any
 from fieldeval.store.schema import Tables, iso
 
 BASE_COLUMNS = ("benchmark", "model", "case_id", "cluster", "stratum", "status")
+CALL_COLUMNS = ("prompt_tokens", "completion_tokens", "response_time_s", "est_cost_usd")  # what each item's calls cost
 
 
 def score_columns(benchmark: str | None = None) -> dict[str, tuple[str, ...]]:
@@ -25,10 +26,12 @@ def score_columns(benchmark: str | None = None) -> dict[str, tuple[str, ...]]:
 
 
 def item_columns(benchmark: str | None = None) -> tuple[str, ...]:
-    """The columns ``where`` and ``sort`` may name: :data:`BASE_COLUMNS`, then every score column."""
+    """The columns ``where`` and ``sort`` may name: :data:`BASE_COLUMNS`, every score column, then the call's
+    :data:`CALL_COLUMNS`."""
     names = dict.fromkeys(BASE_COLUMNS)
     for scores in score_columns(benchmark).values():
         names.update(dict.fromkeys(scores))
+    names.update(dict.fromkeys(CALL_COLUMNS))
     return tuple(names)
 
 

@@ -48,6 +48,10 @@ def runs_items(args: argparse.Namespace) -> int:
                           sort=args.sort, limit=limit)
     items, total = page["items"], page["total"]
     columns = listed_columns(items, args.benchmark)
+    if args.json or args.tsv:  # whole records: what each item's calls cost too
+        from fieldeval.store.item_records import CALL_COLUMNS
+
+        columns += [c for c in CALL_COLUMNS if c not in columns]
     if args.json:
         print(json.dumps([{**{c: item.get(c) for c in columns}, "response_text": item.get("response_text")}
                           for item in items], indent=2, ensure_ascii=False))
@@ -67,12 +71,14 @@ def runs_items(args: argparse.Namespace) -> int:
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     cells = [[fmt(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
     for i, column in enumerate([*columns, "response"]):  # one line per item: headers may wrap, cells never do
-        widest = max((len(row[i]) for row in cells), default=1)
+        # a header breaks after its underscores (hazard_ / recognition), never a letter at a time
+        header = column.replace("_", "_\n")
+        widest = max([len(part) for part in header.split("\n")] + [len(row[i]) for row in cells])
         if column in ("cluster", "stratum", "response"):  # long free text: cut with an ellipsis (--json: whole)
-            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=SHORT if column == "response"
+            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=SHORT if column == "response"
                              else 20, min_width=min(widest, 12))
         else:
-            table.add_column(column, overflow="fold", min_width=widest, justify="left" if column in (
+            table.add_column(header, overflow="fold", min_width=widest, justify="left" if column in (
                 "benchmark", "model", "case_id", "status") else "right")
     for row in cells:
         table.add_row(*map(escape, row))
