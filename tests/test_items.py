@@ -132,6 +132,28 @@ def test_runs_items_headers_break_after_underscores_not_a_letter_at_a_time(offli
     assert not any(re.fullmatch(r"[\s\w]*\b[a-z]\b[\s\w]*", line) and len(line.split()) > 4 for line in lines)
 
 
+def test_terminal_escapes_in_an_answer_are_shown_never_obeyed(offline_run, capsys, tmp_path):
+    # an answer holding an OSC 52 clipboard write, a window title and a clear screen reached the terminal raw
+    import shutil
+    import sqlite3
+
+    run_id, store, _ = offline_run
+    copy = tmp_path / "store.db"
+    shutil.copy(store.removeprefix("sqlite:///"), copy)
+    hostile = "forest\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\x9b31m biome"
+    with sqlite3.connect(copy) as db:
+        (case,) = db.execute("SELECT corpus_item_id FROM evaluation_responses WHERE benchmark = 'ebs' "
+                             "LIMIT 1").fetchone()
+        db.execute("UPDATE evaluation_responses SET raw_response = ? WHERE corpus_item_id = ?", (hostile, case))
+    for argv in (["runs", "item", run_id, case], ["runs", "items", run_id, "--benchmark", "ebs", "--tsv", "--where",
+                                                   f"case_id == '{case}'"]):
+        code, out, _ = _cli(capsys, *argv, "--store", f"sqlite:///{copy}")
+        assert code == 0 and not set(out) & {"\x1b", "\x07", "\x9b"}
+        assert "forest\\x1b]52" in out  # shown as text (the table cuts the rest)
+    assert "\\x1b]52;c;ZXZpbA==\\x07\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m biome" in _cli(
+        capsys, "runs", "item", run_id, case, "--store", f"sqlite:///{copy}")[1]
+
+
 def test_items_frame_has_one_row_per_item(offline_run):
     run_id, store, reports = offline_run
     frame = fieldeval.items_frame(run_id, store)

@@ -11,15 +11,16 @@ from typing import Any
 from rich.markup import escape
 
 from fieldeval.errors import UsageError
-from fieldeval.store.shell import fmt
+from fieldeval.store.shell import fmt, visible
 
 TABLE_LIMIT = 50  # items a table shows unless --limit says otherwise (--json and --tsv: every item)
 SHORT = 60  # characters of the response a table or TSV line shows
 
 
 def short(text: str | None, width: int = SHORT) -> str:
-    """``text`` on one line, cut to ``width`` characters (an ellipsis marks the cut)."""
-    flat = " ".join((text or "").split())
+    """``text`` on one line, its control characters shown (:func:`visible`), cut to ``width`` characters (an
+    ellipsis marks the cut)."""
+    flat = visible(" ".join((text or "").split()))
     return flat if len(flat) <= width else flat[:width - 1] + "\u2026"
 
 
@@ -81,7 +82,7 @@ def runs_items(args: argparse.Namespace) -> int:
             table.add_column(header, overflow="fold", min_width=widest, justify="left" if column in (
                 "benchmark", "model", "case_id", "status") else "right")
     for row in cells:
-        table.add_row(*map(escape, row))
+        table.add_row(*(escape(visible(cell)) for cell in row))
     console = make_console()
     console.print(table)
     if items:
@@ -91,7 +92,7 @@ def runs_items(args: argparse.Namespace) -> int:
 
 def _section(console: Any, title: str, text: str | None, missing: str = "not stored with this run") -> None:
     console.print(f"[bold]{escape(title)}[/bold]")
-    console.print(escape(text) if text else f"[dim]{escape(missing)}[/dim]", soft_wrap=True)
+    console.print(escape(visible(text)) if text else f"[dim]{escape(missing)}[/dim]", soft_wrap=True)
 
 
 def _print_item(console: Any, item: Mapping[str, Any]) -> None:
@@ -112,7 +113,7 @@ def _print_item(console: Any, item: Mapping[str, Any]) -> None:
         table.add_column("column")
         table.add_column("value", overflow="fold")
         for name, value in item["scores"].items():
-            table.add_row(escape(name), escape(fmt(value)))
+            table.add_row(escape(name), escape(visible(fmt(value))))
         console.print(table)
         _section(console, "explanation", item.get("explanation"), "none for this item")
     cost = item.get("est_cost_usd")
@@ -122,7 +123,7 @@ def _print_item(console: Any, item: Mapping[str, Any]) -> None:
         f"latency {fmt(item.get('response_time_s'))} s, cached {fmt(item.get('cached'))}"))
     if item.get("error"):
         error = item["error"]
-        console.print(escape(f"error: {error.get('error_class')}: {error.get('message') or ''}"))
+        console.print(escape(visible(f"error: {error.get('error_class')}: {error.get('message') or ''}")))
 
 
 def runs_item(args: argparse.Namespace) -> int:

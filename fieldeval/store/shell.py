@@ -4,6 +4,7 @@ the console they print to, and a metric's cell."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,15 @@ def make_console():
     from rich.console import Console
 
     return Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but newline and tab shown as ``\\xNN``: a model's answer that holds a
+    terminal escape (a clipboard write, a new window title, a cleared screen) is printed, never obeyed."""
+    return _CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def fmt(value: Any) -> str:
