@@ -103,6 +103,7 @@ class ModelClient:
     _overflows: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # context errors before one
     _gates: dict[str, AdaptiveLimit] = field(default_factory=dict, init=False, repr=False)
     _gate_of: dict[str, AdaptiveLimit | None] = field(default_factory=dict, init=False, repr=False)  # by model id
+    _kinds: dict[str, tuple[bool, str | None]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_answer_bytes, int) or self.max_answer_bytes < 1:
@@ -134,8 +135,17 @@ class ModelClient:
         fields = getattr(model.Options, "model_fields", {})
         options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
-        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch, serial_by_default(model),
-                       _endpoint_of(model))
+        serial, endpoint = self._kind(model_id, model)
+        return Request(model_id, model.model_id, prompt, system, options, use_schema, epoch, serial, endpoint)
+
+    def _kind(self, model_id: str, model: Any) -> tuple[bool, str | None]:
+        """Whether a model is called one call at a time, and its endpoint (an HTTP model's), found once."""
+        try:
+            return self._kinds[model_id]
+        except KeyError:
+            endpoint = f"{_api_base(model)} {model.model_name or model.model_id}" if openai_compatible(model) else None
+            found = self._kinds[model_id] = (serial_by_default(model), endpoint)
+            return found
 
     def complete(self, model_id: str, prompt: str, *, system: str | None = None, temperature: float | None = 0.0,
                  max_tokens: int | None = None, schema: dict | None = None) -> Completion:
@@ -202,17 +212,13 @@ class ModelClient:
         def attempt() -> Completion:
             nonlocal sent
             self._raise_if_stopped(request.model_id)
-            gate = self._gate(request)
-            if gate is None:
+            gate = self._gate(request)  # an HTTP endpoint's adaptive limit: its wait is not in --call-timeout
+            if gate is not None:
+                gate.acquire(lambda: self._raise_if_stopped(request.model_id))
+            ended: dict[str, Any] = {}  # what the call's end tells the adaptive limit
+            try:
                 lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait,
                                             serial=request.serial)
-                self._raise_if_stopped(request.model_id, lease)
-                sent += 1
-                return self._attempt(request, lease)
-            gate.acquire(lambda: self._raise_if_stopped(request.model_id))  # not counted in --call-timeout
-            ended: dict[str, Any] = {}
-            try:
-                lease = self.limits.acquire(_configured(request, self.limits.models), self.slot_wait)
                 self._raise_if_stopped(request.model_id, lease)
                 sent += 1
                 completion = self._attempt(request, lease)
@@ -222,7 +228,8 @@ class ModelClient:
                 ended = {"overloaded": isinstance(error, CallTimeoutError) or error.overloaded}
                 raise
             finally:
-                gate.release(**ended)
+                if gate is not None:
+                    gate.release(**ended)
 
         failed: list[TransientCallError] = []
 
@@ -343,7 +350,7 @@ class ModelClient:
     def _endpoint(self, model) -> Endpoint:
         """The connection pool for the model's endpoint and key (one per client)."""
         key = model.get_key() if getattr(model, "needs_key", None) else None
-        base = getattr(model, "api_base", None) or "https://api.openai.com/v1"
+        base = _api_base(model)
         headers = dict(getattr(model, "headers", None) or {})
         if key:
             headers["Authorization"] = f"Bearer {key}"
@@ -453,11 +460,9 @@ def _configured(request: Request, table: Mapping[str, Any]) -> str:
     return request.resolved_id
 
 
-def _endpoint_of(model: Any) -> str | None:
-    """``"<base URL> <model name>"`` of an OpenAI-compatible model, called over HTTP here; None for any other."""
-    if not openai_compatible(model):
-        return None
-    return f"{getattr(model, 'api_base', None) or 'https://api.openai.com/v1'} {model.model_name or model.model_id}"
+def _api_base(model: Any) -> str:
+    """The base URL an OpenAI-compatible model is called at."""
+    return getattr(model, "api_base", None) or "https://api.openai.com/v1"
 
 
 def _messages(request: Request) -> list[dict[str, str]]:
