@@ -39,8 +39,8 @@ from fieldeval.calls.cache import CachedResponse, CacheMode, ResponseCache
 from fieldeval.calls.failures import (AnswerTooLargeError, CallTimeoutError, ContextExceededError, InvalidReplyError,
                                       ModelCallError, PermanentCallError, TransientCallError, classify)
 from fieldeval.calls.limits import CallLimits
-from fieldeval.calls.models import (model_ids, model_options, openai_compatible, resolve_model, serial_by_default,
-                                    without_sdk_retries)
+from fieldeval.calls.models import (model_ids, model_options, openai_compatible, option_names, resolve_model,
+                                    serial_by_default, without_sdk_retries)
 from fieldeval.calls.records import Completion, Request, completion_fields
 from fieldeval.calls.transport import Endpoint
 from fieldeval.defaults import DEFAULT_CALL_TIMEOUT_S, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_RETRIES
@@ -132,7 +132,7 @@ class ModelClient:
             extra, epoch, model_id = params, model_id.epoch, model_id.model
         model = self.model(model_id)
         options = model_options(model, temperature=temperature, max_tokens=max_tokens, seed=self.seed)
-        fields = getattr(model.Options, "model_fields", {})
+        fields = option_names(model)
         options.update({name: value for name, value in extra.items() if name in fields})
         use_schema = schema if schema is not None and getattr(model, "supports_schema", False) else None
         serial, endpoint = self._kind(model_id, model)

@@ -34,7 +34,7 @@ from typing import Any
 PERMANENT_STATUS = frozenset({400, 401, 402, 403, 404, 405, 413, 422})
 PERMANENT_NAMES = frozenset({"NeedsKeyException", "UnknownModelError", "AuthenticationError",
                              "PermissionDeniedError", "NotFoundError", "BadRequestError",
-                             "UnprocessableEntityError", "ContextWindowExceededError"})
+                             "UnprocessableEntityError"})
 CONTEXT_PHRASES = ("context length", "context window", "maximum context", "too many tokens", "prompt is too long",
                    "context_length_exceeded")
 # the window and the prompt's tokens as llama.cpp (in process and its server), OpenAI and Anthropic word them

@@ -39,7 +39,7 @@ def model_ids(names: Iterable[str]) -> dict[str, str]:
 
 def model_options(model, **wanted: Any) -> dict[str, Any]:
     """The subset of ``wanted`` options this model accepts, dropping None values."""
-    fields = getattr(model.Options, "model_fields", {})
+    fields = option_names(model)
     return {name: value for name, value in wanted.items() if value is not None and name in fields}
 
 
@@ -101,5 +101,4 @@ def without_sdk_retries(model):
 
 
 __all__ = ["model_ids", "model_options", "openai_compatible", "option_names", "resolve_model", "sampling_notices",
-           "serial_by_default",
-           "without_sdk_retries"]
+           "serial_by_default", "without_sdk_retries"]
