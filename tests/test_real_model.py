@@ -61,7 +61,8 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory):
     with log.open("w") as out:
         process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", "4096",
                                     "--host", "127.0.0.1", "--port", str(port), "--model_alias", "smollm2"],
-                                   stdout=out, stderr=subprocess.STDOUT)
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})  # its access log as it happens
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + DEADLINE_S
     while True:
@@ -164,3 +165,38 @@ def test_the_in_process_model_names_its_window_item_by_item_and_answers_what_fit
     assert "python -m llama_cpp.server --model" in out and "--n_ctx 4096" in out
     passed = [row for row in report["tests"] if row["outcome"] == "passed"]
     assert any("test_microbiorel" in row["nodeid"] for row in passed)  # what fits is answered
+
+
+def test_the_ibf_api_loop_against_the_real_endpoint(smollm2_server, tmp_path):
+    # the IBF spec's own scenario: a small local model registered through the API, evaluated at two temperatures,
+    # compared and deleted; each answer bounded by max_tokens so that a run of 65 items takes minutes
+    from tests.service_helpers import Server
+
+    base, log = smollm2_server
+    server = Server(tmp_path / "store.db").start()
+    try:
+        status, model = server.call("POST", "/api/models", {
+            "name": "smollm2-api", "provider": "local", "endpoint": f"{base}/chat/completions",
+            "context_window": 4096, "parameters_billion": 0.135, "notes": "4-bit GGUF quantisation, CPU inference"})
+        assert status == 201, model
+        runs = []
+        for temperature in (0.0, 0.7):
+            before = _served(log)
+            status, started = server.call("POST", "/api/evaluations", {
+                "model_id": model["model_id"], "corpus_version": "ibf-v1.0", "batch_size": 8,
+                "temperature": temperature, "max_tokens": 48, "label": f"smollm2 t{temperature}"})
+            assert status == 202 and started["total_items"] == 65, started
+            view, _ = server.wait_for(started["run_id"], ("completed", "failed"), timeout=3 * DEADLINE_S)
+            assert view["status"] == "completed", view
+            assert view["model_name"] == "smollm2-api" and set(view["scores"]) == {
+                "hazard_recognition", "impact_reasoning", "uncertainty_handling", "action_relevance",
+                "geographic_specificity"}
+            assert _served(log) - before == 65  # every item answered by the server, once
+            runs.append(started["run_id"])
+        status, compared = server.call("GET", f"/api/evaluations/compare?run_ids={runs[0]},{runs[1]}")
+        assert status == 200 and [entry["run_id"] for entry in compared["runs"]] == runs
+        status, deleted = server.call("DELETE", f"/api/evaluations/{runs[0]}")
+        assert status == 200 and deleted["responses_deleted"] == 65
+        assert server.call("GET", f"/api/evaluations/{runs[0]}")[0] == 404
+    finally:
+        server.stop()
