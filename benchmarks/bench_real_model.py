@@ -3,8 +3,9 @@
 Runs every benchmark whole (EBS 100 items, MicrobioRel 375, IBF 65) at the defaults against the server on loopback
 (one request at a time, a 4,096-token window, temperature 0 and the session's seed), then prints, per benchmark:
 the headline metric with both intervals, the parse rate, seconds per item (the run's wall span over its items),
-the server's tokens per second (prompt and completion tokens over the sum of call times, one call at a time), the
-tokens an item reads and writes, and fieldeval's own CPU (the pytest
+the tokens per second through the server (prompt and completion tokens over the run's wall time: it serves one
+request at a time, and the calls' own times overlap, each counting its wait in the server's queue), the tokens an
+item reads and writes, and fieldeval's own CPU (the pytest
 process and its children) as a share of the run's CPU (fieldeval's and the server's; goal: under 1%). Needs the
 ``[local]`` extra.
 
@@ -97,12 +98,11 @@ def main() -> None:
             report = json.loads((reports / "report.json").read_text())
             entry = report["evals"]["benchmarks"][name]["smollm2"]
             rows = [json.loads(line) for line in (reports / report["evals_rows"]["path"]).read_text().splitlines()]
-            calls = sum(row["response_time_s"] or 0 for row in rows)
             tokens = sum(row["completion_tokens"] or 0 for row in rows)
             read = sum(row["prompt_tokens"] or 0 for row in rows)
             print(f"{name}: {entry['items']} items, {entry['errors']} errors; {headline} {interval(entry[headline])}; "
                   f"{parsed} {interval(entry[parsed])}; {wall / entry['items']:.2f} s/item over {wall:.0f} s; "
-                  f"{(read + tokens) / calls if calls else 0:.0f} tokens/s at the server ({read / len(rows):.0f} prompt "
+                  f"{(read + tokens) / wall:.0f} tokens/s through the server ({read / len(rows):.0f} prompt "
                   f"and {tokens / len(rows):.0f} completion tokens an item); fieldeval CPU {cpu:.1f} s "
                   f"= {100 * cpu / (cpu + served):.2f}% of the run's {cpu + served:.0f} CPU-s", flush=True)
     finally:
