@@ -20,7 +20,8 @@ NOT_OPTIONS = ("model",)
 
 
 def combinations(models: Sequence[str], grid: Mapping[str, Sequence[Any]], *, epochs: int = 1,
-                 default_temperature: float = 0.0, sampled: Collection[str] = ()) -> tuple[list[Combination], list[str]]:
+                 default_temperature: float = 0.0,
+                 sampled: Collection[str] = ()) -> tuple[list[Combination], list[str]]:
     """Every (model, hyperparameters) cell, each repeated ``epochs`` times, and the notices to print.
 
     A combination at temperature 0 runs once whatever ``epochs`` says: its answers would be identical; not so a

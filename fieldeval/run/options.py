@@ -91,7 +91,8 @@ class EngineOptions:
         "--gate-on", choices=("point", "lower"), help="gate on the point value (default) or the ci95 lower bound"))
     seed: int = field(default=DEFAULT_SEED, metadata=option(
         "--seed", metavar="N",
-        help=f"bootstrap seed, also sent as the sampling seed to every model that takes one (default: {DEFAULT_SEED})"))
+        help=f"bootstrap seed, also sent as the sampling seed to every model that takes one "
+             f"(default: {DEFAULT_SEED})"))
     resamples: int = field(default=DEFAULT_RESAMPLES, metadata=option(
         "--bootstrap-resamples", metavar="N", help=f"bootstrap resamples for ci95 (default: {DEFAULT_RESAMPLES})"))
     report: str | None = field(default=None, metadata=option(

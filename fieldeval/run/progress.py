@@ -84,7 +84,8 @@ class Progress:
         if epochs > 1:
             counts += f" ({round(total / epochs)} items x {epochs} epochs)"
         calls = self.concurrency(key[1])
-        return f"{key[0]} {key[1]}: {counts}, {self.errors[key]} error(s), {pace}" + (f", calls {calls}" if calls else "")
+        line = f"{key[0]} {key[1]}: {counts}, {self.errors[key]} error(s), {pace}"
+        return f"{line}, calls {calls}" if calls else line
 
     def as_dict(self) -> dict:
         """The ``--progress-file`` payload."""
