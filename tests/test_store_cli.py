@@ -54,6 +54,18 @@ def test_runs_show_prints_headline_metrics_with_intervals(store_url, capsys):
     assert any("threshold_pass_rate" in line for line in lines)
 
 
+def test_runs_show_gives_the_runs_wall_time_beside_the_calls_summed_time(store_url, capsys):
+    # a local model's 410 s run showed only its calls' 3,149.7 s, summed over the calls in flight at once
+    from datetime import datetime
+
+    assert main(["runs", "show", "run_3b9e204a", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    start, end = (datetime.fromisoformat(run[key].replace("Z", "+00:00")) for key in ("created_at", "completed_at"))
+    assert main(["runs", "show", "run_3b9e204a"]) == 0
+    out = capsys.readouterr().out
+    assert f"the run's wall time: {(end - start).total_seconds():.0f} s" in out and "calls' time, summed (s)" in out
+
+
 @pytest.mark.parametrize("columns", [80, 120])
 def test_runs_show_keeps_the_model_and_whole_intervals_within_the_terminal(store_url, capsys, monkeypatch, columns):
     # at 250 columns the model column went missing and the intervals were cut (a row per model, a column per metric)

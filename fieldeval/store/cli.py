@@ -144,6 +144,12 @@ def _runs_show(args: argparse.Namespace) -> int:
             table.add_row(name, *(fmt(total.get(key)) if total.get(key) is not None else missing.get(key, "-")
                                   for total in run["totals"].values()))
         console.print(table)
+        if run.get("created_at") and run.get("completed_at"):
+            from fieldeval.store.schema import parse_time
+
+            span = (parse_time(run["completed_at"]) - parse_time(run["created_at"])).total_seconds()
+            console.print(escape(f"  the run's wall time: {span:.0f} s, start to end (calls in flight at once "
+                                 "overlap, so their summed time can exceed it)"))
     if run["errors"]:
         table = Table(title=f"errored items ({len(run['errors'])})", title_justify="left")
         for column in ["model", "benchmark", "item", "error", "message"]:
