@@ -38,6 +38,7 @@ def test_evaluation_cycle_start_poll_compare_delete(server):
     run_id = started["run_id"]
     view, seen = server.wait_for(run_id, ("completed", "failed"))
     assert view["status"] == "completed", view
+    assert view["gates_passed"] is True  # ibf-floor's MDS 1.82 clears its floor of 1.7 (pyproject.toml)
     assert set(seen) <= {"queued", "running", "completed"}
     assert view["model_name"] == "ibf-floor" and view["label"] == "floor baseline run"
     assert view["corpus_version"] == "ibf-v1.0" and view["total_items"] == 65 and view["completed_at"]

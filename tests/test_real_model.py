@@ -192,6 +192,8 @@ def test_the_ibf_api_loop_against_the_real_endpoint(smollm2_server, tmp_path):
                 "hazard_recognition", "impact_reasoning", "uncertainty_handling", "action_relevance",
                 "geographic_specificity"}
             assert _served(log) - before == 65  # every item answered by the server, once
+            # "completed" says nothing of the gates: the view says whether the project's MDS floor held
+            assert view["gates_passed"] is (view["mean_dimension_score"] >= 1.7)
             runs.append(started["run_id"])
         status, compared = server.call("GET", f"/api/evaluations/compare?run_ids={runs[0]},{runs[1]}")
         assert status == 200 and [entry["run_id"] for entry in compared["runs"]] == runs

@@ -125,6 +125,8 @@ def run_view(store, jobs: JobTable, run_id: str) -> dict[str, Any]:
             view = stored_view(run, model_ids=model_ids)
             if job is not None:  # the run was created when it was asked for, not when pytest started it
                 view["created_at"] = job.created_at
+                if job.returncode in (0, 1):  # completed either way: pytest's 1 is a failed gate (or item)
+                    view["gates_passed"] = job.returncode == 0
             return view
     if job is None:
         raise NotFound(f"run {run_id!r}: no such run or job; GET /api/evaluations lists them")
