@@ -7,8 +7,8 @@ Vegas and Netflix's concurrency-limits do: it compares the latency of the last `
 seen (the endpoint's latency with no queue), estimates the calls waiting in the server's queue as
 ``limit * (1 - lowest / latency)``, and grows while that queue is short, shrinks when it grows. It starts at one
 call (or at the cap, for an endpoint that is not on this machine or its network), doubles while the latency holds,
-then moves by one; a timeout, an HTTP 429 or a 503 halves it at once, and so does a latency past a third of
-``--call-timeout``. ``--concurrency`` (or the model's own ``concurrency``) caps it.
+then moves by one; a timeout, an HTTP 429 or a 503 halves it at once, and answers past a third of
+``--call-timeout`` lower it by one. ``--concurrency`` (or the model's own ``concurrency``) caps it.
 
 Answers differ in length, and a long answer takes longer with no queue at all: each latency is taken per
 ``completion_tokens + OVERHEAD_TOKENS`` (the time to read the prompt and start counts as that many tokens), so a
@@ -57,7 +57,6 @@ class AdaptiveLimit:
         self.limit = max(1, min(initial, self.cap))
         self.in_flight = 0
         self.call_timeout = call_timeout
-        self.lowest_seen = self.limit  # the least it came down to, for the run's record
         self._slow_start = self.limit < self.cap
         self._window: list[tuple[float, float]] = []  # (latency, latency per token) since the last change
         self._baseline: deque[float] = deque(maxlen=BASELINE_SAMPLES)
@@ -103,7 +102,6 @@ class AdaptiveLimit:
 
     def _set(self, limit: int, *, growing: bool = False) -> None:
         self.limit = max(1, min(self.cap, limit))
-        self.lowest_seen = min(self.lowest_seen, self.limit)
         self._slow_start = self._slow_start and growing
         self._window.clear()
 

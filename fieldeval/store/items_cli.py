@@ -70,7 +70,7 @@ def runs_items(args: argparse.Namespace) -> int:
     table = Table(title=escape(f"{args.run_id}: {total} items" + (f", the first {len(items)} (--limit, or --json "
                                                                    "for all)" if len(items) < total else "")),
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    cells = [[fmt(item.get(c)) for c in columns] + [short(item.get("response_text"))] for item in items]
+    cells = [[visible(fmt(item.get(c))) for c in columns] + [short(item.get("response_text"))] for item in items]
     for i, column in enumerate([*columns, "response"]):  # one line per item: headers may wrap, cells never do
         # a header breaks after its underscores (hazard_ / recognition), never a letter at a time
         header = column.replace("_", "_\n")
@@ -82,7 +82,7 @@ def runs_items(args: argparse.Namespace) -> int:
             table.add_column(header, overflow="fold", min_width=widest, justify="left" if column in (
                 "benchmark", "model", "case_id", "status") else "right")
     for row in cells:
-        table.add_row(*(escape(visible(cell)) for cell in row))
+        table.add_row(*map(escape, row))
     console = make_console()
     console.print(table)
     if items:
