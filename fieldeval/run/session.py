@@ -152,7 +152,9 @@ class EvalSession:
                 self.selection.design(name)
         from fieldeval.calls.models import sampling_notices
 
-        models = [model_of(cell) for name in self.selected for cell in self.selection.models_for(name)]
+        # the models a user named (the offline baselines take a temperature): no llm plugin is loaded for a default run
+        chosen = self.options.models or self.options.designed
+        models = [model_of(cell) for name in self.selected for cell in self.selection.models_for(name)] if chosen else []
         for line in [*self.selection.notices, *exit_on_usage_error(lambda: sampling_notices(models))]:
             self.display.say(line, yellow=True)
 
