@@ -201,3 +201,35 @@ def test_the_schema_pages_load_every_script_and_style_from_the_service_itself(se
         assert fetched.status_code == 200 and len(fetched.content) > 1000, url
     for url in re.findall(r"""(?:url|src|href)\(?\s*["']?(https?://[^"')\s]+)""", answer.text):
         pytest.fail(f"{page} still references {url}")
+
+
+def test_a_server_slower_than_its_latencies_say_is_estimated_at_its_last_runs_pace(service):
+    # one slot: each call waited for the one before it, so 2 s calls at 8 in flight still took 10 s an item;
+    # a job of 65 was estimated at 9 rounds of 2 s (18 s) for 650 s of work
+    from fieldeval.service.views import estimate_seconds
+    from tests.test_store_api import SEED_RUNS, ibf_run
+
+    _, url = service
+    payload, rows = ibf_run(SEED_RUNS[0], items=5)
+    payload["wall_s"] = 50.0
+    for row in rows["ibf"]:
+        row.update(cached=False, response_time_s=2.0)
+    with open_store(url, columns=declared_columns()) as store:
+        store.save_run(payload, rows, {"corpus_version": "ibf-v1.0"})
+        assert estimate_seconds(store, model=SEED_RUNS[0]["model_name"], total=65, concurrency=8) == 65 * 10
+
+
+def test_a_running_job_reports_its_own_pace_once_an_item_is_done(service):
+    # a model nothing was known of kept the seed's guess (89 s for a 410 s job) until the end
+    from datetime import datetime, timedelta, timezone
+
+    client, url = service
+    started = (datetime.now(timezone.utc) - timedelta(seconds=100)).isoformat(timespec="seconds")
+    add_job(url, "run_0000a1a1", "running", started_at=started, done=0)
+    view = client.get("/api/evaluations/run_0000a1a1").json()
+    assert "seconds_left" not in view  # nothing measured yet
+    with open_store(url, columns=declared_columns()) as store:
+        JobTable(store.engine).update("run_0000a1a1", done=10)
+    view = client.get("/api/evaluations/run_0000a1a1").json()
+    assert 650 <= view["estimated_seconds"] <= 660  # 10 s an item over 65 items, give or take the seconds since
+    assert 550 <= view["seconds_left"] <= 560

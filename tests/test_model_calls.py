@@ -364,3 +364,16 @@ def test_a_model_that_takes_no_temperature_nor_seed_is_named_and_its_epochs_all_
     result, _ = run_calls(project, "fake-local", "--epochs", "2", "-k", "case000 or case001")
     result.assert_outcomes(passed=4)  # two items, two answers each: sampled, not identical at "temperature 0"
     assert "fake-local takes no temperature and no seed, so its answers are sampled" in result.stdout.str()
+
+
+def test_the_report_records_the_options_each_model_was_really_sent_and_the_sessions_span(project):
+    # a plugin without a temperature was labelled by the options asked for, not those it received
+    result, report = run_calls(project, "fake-slow", "-k", "case000 or case001")
+    result.assert_outcomes(passed=2)
+    entry = report["evals"]["benchmarks"]["ebs"]["fake-slow"]
+    assert entry["options_sent"] == {"temperature": 0.0}  # it takes a temperature, not EBS's max_tokens 128
+    evals = report["evals"]
+    assert evals["wall_s"] > 0 and evals["ended_at"] >= evals["started_at"]
+    assert f"time: {evals['wall_s']:.0f} s start to end" in result.stdout.str()
+    result, report = run_calls(project, "fake-local", "-k", "case000")
+    assert report["evals"]["benchmarks"]["ebs"]["fake-local"]["options_sent"] == {}  # it takes none

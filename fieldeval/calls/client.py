@@ -429,7 +429,7 @@ class ModelClient:
                     completion_tokens: int | None, *, cached: bool = False, batch: bool = False) -> Completion:
         cost = self.estimate_cost(_configured(request, self.prices), prompt_tokens, completion_tokens, batch=batch)
         return Completion(request.model_id, text, seconds, prompt_tokens, completion_tokens, cached, cost,
-                          system=request.system, prompt=request.prompt)
+                          system=request.system, prompt=request.prompt, options=request.options)
 
     def estimate_cost(self, model_id: str, prompt_tokens: int | None, completion_tokens: int | None, *,
                       batch: bool = False) -> float | None:

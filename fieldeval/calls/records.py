@@ -23,6 +23,7 @@ class Completion:
         est_cost_usd: cost from the price table (None when the model is not priced or tokens are unknown).
         system: the system prompt exactly as sent (None: none).
         prompt: the user prompt exactly as sent (None when not known, e.g. a completion made by hand).
+        options: the options the model was sent (``temperature``, ``max_tokens``, ``seed``: only those it takes).
     """
 
     model: str
@@ -34,6 +35,7 @@ class Completion:
     est_cost_usd: float | None = None
     system: str | None = None
     prompt: str | None = None
+    options: dict[str, Any] | None = None
 
 
 def completion_fields(*completions: Completion) -> dict[str, Any]:
@@ -59,11 +61,14 @@ def completion_fields(*completions: Completion) -> dict[str, Any]:
 
 
 def _sent(completions: tuple[Completion, ...]) -> dict[str, Any]:
-    """What the item's calls sent: the answer's ``system`` and ``prompt``; ``earlier_calls`` when there were more."""
+    """What the item's calls sent: the answer's ``system``, ``prompt`` and ``options`` (when known);
+    ``earlier_calls`` when there were more."""
     if not completions:
         return {}
     *earlier, last = completions
     out: dict[str, Any] = {"system": last.system, "prompt": last.prompt}
+    if last.options is not None:
+        out["options"] = dict(last.options)
     if earlier:
         out["earlier_calls"] = [{"system": c.system, "prompt": c.prompt, "response_text": c.text} for c in earlier]
     return out

@@ -9,6 +9,7 @@ however they were spread over processes or machines.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -70,6 +71,9 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
             repeats = max(samples.values()) if epoch_rows is not model_rows or repeated else 1  # K epochs per item
             entry["planned"] = max(round((planned or {}).get((name, model), 0) / repeats), entry["items"])
             entry["totals"] = model_totals(epoch_rows)
+            sent = options_sent(epoch_rows)
+            if sent is not None:
+                entry["options_sent"] = sent
             if epoch_rows is not model_rows:
                 metric = epoch_metric(bench, epoch_rows)
                 if metric is not None:
@@ -77,6 +81,25 @@ def benchmark_entries(rows: Mapping[str, Sequence[dict]], errors: Mapping[tuple[
                     entry["epochs"] = epoch_summary(rows_for_ci, metric, seed=seed, resamples=resamples)
             out[name][model] = entry
     return out
+
+
+def options_sent(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """The options the model was sent for these rows' answers (only those it takes: a plugin without a
+    temperature shows none): the one set when every item had it, else each distinct set; None when no row says.
+
+    Example:
+        >>> options_sent([{"options": {"max_tokens": 64}}, {"options": {"max_tokens": 64}}])
+        {'max_tokens': 64}
+    """
+    distinct: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        sent = row.get("options")
+        if isinstance(sent, dict):
+            distinct.setdefault(json.dumps(sent, sort_keys=True), sent)
+    if not distinct:
+        return None
+    found = [distinct[key] for key in sorted(distinct)]
+    return found[0] if len(found) == 1 else found
 
 
 def epoch_metric(bench: Benchmark, rows: Sequence[Mapping[str, Any]]) -> str | None:

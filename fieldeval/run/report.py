@@ -32,8 +32,10 @@ SAVE_FAILED = 2  # the run could not be saved whole (store down, disk full): one
 
 def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[str, list[dict]], intake: Intake,
                   planned: Counter[Key], selection: Selection, gates: Sequence[Gate], options: EngineOptions,
-                  baseline_rows: Callable[[], dict[str, list[dict]]]) -> dict:
-    """``report["evals"]``: run id, the run's facts, every benchmark's metrics per model, cache counts, the gates'
+                  baseline_rows: Callable[[], dict[str, list[dict]]], ended_at: str | None = None,
+                  wall_s: float | None = None) -> dict:
+    """``report["evals"]``: run id, the run's facts (``ended_at`` and ``wall_s``, the session's span start to end,
+    once it has ended), every benchmark's metrics per model, cache counts, the gates'
     verdicts (errored items and the baseline run's too once ``status`` is not ``running``), rankings and audit."""
     from fieldeval.run.audit import run_audit
 
@@ -48,6 +50,7 @@ def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[st
     payload: dict[str, Any] = {
         "run_id": run_id,
         "started_at": started_at,
+        **({"ended_at": ended_at, "wall_s": round(wall_s, 3)} if ended_at and wall_s is not None else {}),
         "ontology_version": facts.pop("ontology_version", None),
         **facts,
         "benchmarks": out,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +54,9 @@ class EvalSession:
         self.selection = Selection(config, options, bench_options, selected, tool)
         self.run_id = options.run_id or options.resume or "run_" + secrets.token_hex(4)
         self.started_at = _now()
+        self._began = time.monotonic()
+        self.ended_at: str | None = None
+        self.wall_s: float | None = None
         self.status = "running"
         self.eval_items = 0  # this process's collected eval items (the controller's planned ones under xdist)
         self.trim_limit = trim_limit()  # above this many items, rows are not kept twice (report.json is trimmed)
@@ -221,7 +225,7 @@ class EvalSession:
             self._payload = build_payload(
                 run_id=self.run_id, started_at=self.started_at, status=self.status, rows=intake.rows(),
                 intake=intake, planned=self.progress.planned, selection=self.selection, gates=self.gates,
-                options=self.options, baseline_rows=self._baseline_rows)
+                options=self.options, baseline_rows=self._baseline_rows, ended_at=self.ended_at, wall_s=self.wall_s)
         return self._payload
 
     def _baseline_rows(self) -> dict[str, list[dict]]:
@@ -248,6 +252,7 @@ class EvalSession:
         if self.client.cache is not None and self.disk_full is None and (line := damage_line(self.client.cache)):
             sys.stderr.write(line + "\n")
         self.status = self.progress.status = run_status(exitstatus, self.progress, self.intake.errors)
+        self.ended_at, self.wall_s = _now(), time.monotonic() - self._began
         self.display.write()
         self._payload = None
         self.payload()

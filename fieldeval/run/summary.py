@@ -123,6 +123,23 @@ def gate_line(gate: dict) -> str:
     return f"FAILED {head}: {value} is below the threshold {gate['threshold']:g}"
 
 
+def time_line(payload: dict) -> str:
+    """The session's wall time beside its calls' summed time (calls in flight at once overlap, so the sum can
+    exceed the span; cached items keep their first call's time).
+
+    Example:
+        >>> time_line({"wall_s": 410.2, "benchmarks": {"ibf": {"m": {"totals": {"response_time_s": 3149.7}}}}})
+        'time: 410 s start to end; model calls 3150 s summed (they overlap; a cached item counts its first call)'
+    """
+    calls = [entry.get("totals", {}).get("response_time_s") for models in payload["benchmarks"].values()
+             for entry in models.values()]
+    known = [value for value in calls if value is not None]
+    line = f"time: {payload['wall_s']:.0f} s start to end"
+    if known:
+        line += f"; model calls {sum(known):.0f} s summed (they overlap; a cached item counts its first call)"
+    return line
+
+
 def render_summary(payload: dict, *, width: int = 200) -> str:
     """One rich table per benchmark: headline metrics as rows, one column per model, value (ci95).
 
@@ -150,6 +167,8 @@ def render_summary(payload: dict, *, width: int = 200) -> str:
         console.print(table)
         for line in interval_legend(name, models) + bench.summary_notes(models) + few_cluster_notes(name, models):
             console.print(escape(line))
+    if payload.get("wall_s") is not None:
+        console.print(escape(time_line(payload)))
     if payload.get("tied_with_best"):
         from fieldeval.stats.ranking import tied_line
 

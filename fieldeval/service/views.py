@@ -8,6 +8,7 @@ Pure functions over a :class:`~fieldeval.store.Store` and a
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,29 @@ def job_view(job: Job) -> dict[str, Any]:
         "created_at": job.created_at, "started_at": job.started_at, "completed_at": job.finished_at,
         "total_items": job.total, "progress": {"done": job.done, "total": job.total, "errors": job.errors},
         "returncode": job.returncode, "stderr_tail": job.stderr_tail if job.status == "failed" else None,
+        **job_pace(job),
     }
+
+
+def job_pace(job: Job, now: datetime | None = None) -> dict[str, int]:
+    """A running job's ``estimated_seconds`` (the whole job) and ``seconds_left``, from its own pace once one item
+    is done (elapsed / done); nothing before that, when only the estimate at submission exists.
+
+    Example:
+        >>> job = Job(run_id="run_1", benchmark="ibf", model="m", model_id=None, corpus_version=None, label=None,
+        ...           status="running", total=65, done=5, errors=0, created_at="2026-01-01T00:00:00+00:00",
+        ...           started_at="2026-01-01T00:00:00+00:00", finished_at=None, options={}, pid=None,
+        ...           returncode=None, stderr_tail=None, command=None)
+        >>> job_pace(job, now=datetime(2026, 1, 1, 0, 0, 50, tzinfo=timezone.utc))
+        {'estimated_seconds': 650, 'seconds_left': 600}
+    """
+    if job.status != "running" or not job.done or not job.started_at or not job.total:
+        return {}
+    elapsed = ((now or datetime.now(timezone.utc)) - datetime.fromisoformat(job.started_at)).total_seconds()
+    if elapsed <= 0:
+        return {}
+    whole = elapsed / job.done * job.total
+    return {"estimated_seconds": max(1, round(whole)), "seconds_left": max(0, round(whole - elapsed))}
 
 
 def run_entries(run: dict[str, Any], model_ids: Mapping[str, str | None]) -> list[dict[str, Any]]:
@@ -167,6 +190,18 @@ def run_list(store, jobs: JobTable, *, benchmark: str | None = None, model: str 
     return out
 
 
+def measured_pace(store, model: str) -> float | None:
+    """Wall seconds per item of the latest stored run of ``model`` alone that recorded its span (``wall_s``,
+    start to end): what the server really delivered, however many calls it takes at once; None without one."""
+    for run in reversed(store.list_runs()):
+        if run.models != [model] or not run.total_items:
+            continue
+        wall = ((store.get_run(run.run_id).get("payload") or {}).get("wall_s"))
+        if isinstance(wall, int | float) and wall > 0:
+            return wall / run.total_items
+    return None
+
+
 def measured_latency(store, model: str) -> float | None:
     """Mean seconds of one item's model calls for ``model``, over its latest :data:`LATENCY_SAMPLE` stored items
     that called the model; a model only ever answered from the response cache, over its latest cached items (the
@@ -200,6 +235,9 @@ def estimate_seconds(store, *, model: str, total: int, concurrency: int, limits:
         concurrency = min(concurrency, limits.concurrency)
     rounds = math.ceil(total / max(1, min(concurrency, total or 1)))
     seconds = rounds * latency
+    pace = measured_pace(store, model)
+    if pace is not None:  # a server that takes fewer calls at once than the batch: its last run's pace says so
+        seconds = max(seconds, total * pace)
     if limits is not None and limits.rpm:
         seconds = max(seconds, 60.0 * (total - 1) / limits.rpm + latency)  # the last call starts (total-1)/rpm in
     return max(1, round(seconds))

@@ -99,6 +99,20 @@ TOTAL_ROWS = (("items", "items"), ("cached", "cached"), ("prompt_tokens", "promp
               ("response_time_s", "calls' time, summed (s)"))
 
 
+def options_text(sent: dict | list | None) -> str:
+    """The options a model was sent, one per line, as ``runs show`` prints them: ``none`` for a model that takes
+    none, ``--`` between sets when its items were sent different ones.
+
+    Example:
+        >>> options_text({"max_tokens": 128})
+        'max_tokens 128'
+    """
+    if sent is None:
+        return "not recorded"
+    sets = sent if isinstance(sent, list) else [sent]
+    return "\n--\n".join("\n".join(f"{k} {v}" for k, v in one.items()) or "none" for one in sets)
+
+
 def _runs_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -131,6 +145,10 @@ def _runs_show(args: argparse.Namespace) -> int:
         for metric in headline:
             table.add_row(escape(metric), *(format_metric(metrics.get(metric)).replace(" (", "\n(", 1)
                                             for metrics in by_model.values()))
+        entries = ((run.get("payload") or {}).get("benchmarks") or {}).get(bench) or {}
+        sent = [entries.get(model, {}).get("options_sent") for model in by_model]
+        if any(s is not None for s in sent):  # what each model was really sent: a plugin may take no temperature
+            table.add_row("options sent", *(escape(options_text(s)) for s in sent))
         console.print(table)
         for line in legend + (few_cluster_notes(bench, by_model) if bench in installed else []):
             console.print(escape(f"  {line}"))

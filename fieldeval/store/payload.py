@@ -19,7 +19,7 @@ from fieldeval.store.schema import utcnow
 # (what was sent, the scorer's evidence): not copied into ``metrics``, which --where and --sort read, but row_extra
 ROW_COLUMNS = {"benchmark", "model", "case_id", "item_id", "corpus_item_id", "nodeid", "response_text", "raw_response",
                "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd", "cached", "scored_at",
-               "case_key", "cluster", "cluster_stratum", "system", "prompt", "earlier_calls", "evidence"}
+               "case_key", "cluster", "cluster_stratum", "system", "prompt", "earlier_calls", "evidence", "options"}
 UNDECLARED = StoreColumns()
 
 
