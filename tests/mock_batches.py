@@ -10,14 +10,21 @@ with 10 input and 3 output tokens; an IBF judge prompt (it holds ``Response to g
 ``JUDGEMENT``, 4 on every dimension. Except: a line whose prompt holds one of ``BATCHES.fail_once`` fails
 with HTTP 500 the first time it is seen; one holding ``BATCHES.refuse`` fails with HTTP 400 every time;
 with ``BATCHES.expire`` a batch expires with only its first line answered. ``BATCHES.created`` lists
-every batch created (its provider and lines), so a test can count submissions.
+every batch created (its provider and lines), so a test can count submissions. ``GET /v1/batches`` lists
+OpenAI batches newest first, 100 a page, with their ``metadata``.
+
+Unlucky networks and providers: ``create_delay`` seconds pass between a create's arrival and the batch's
+creation (``BATCHES.creating`` is set meanwhile); with ``drop_create`` the batch is created and the connection
+closed without an answer; :meth:`Batches.forget` makes the provider forget every batch (404 from then on).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -31,14 +38,21 @@ class Batches:
         self.reset()
 
     def reset(self, *, polls: int = 1, fail_once: tuple[str, ...] = (), refuse: tuple[str, ...] = (),
-              expire: bool = False) -> None:
+              expire: bool = False, create_delay: float = 0.0, drop_create: bool = False) -> None:
         with self.lock:
             self.polls, self.fail_once, self.refuse, self.expire = polls, fail_once, refuse, expire
+            self.create_delay, self.drop_create = create_delay, drop_create
+            self.creating = threading.Event()
             self.files: dict[str, bytes] = {}
             self.batches: dict[str, dict] = {}
             self.created: list[dict] = []
             self.failed_once: set[str] = set()
             self.cancelled: list[str] = []
+
+    def forget(self) -> None:
+        """The provider deletes every batch it holds: looks at them answer 404."""
+        with self.lock:
+            self.batches.clear()
 
     def answer(self, prompt: str) -> tuple[int, str]:
         """(status, text) of one line."""
@@ -68,17 +82,23 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes | dict, content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client was killed while the mock worked: what it asked for is done all the same
+            self.close_connection = True
 
     def _body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
     def do_POST(self) -> None:
         body = self._body()
+        if self.path in ("/v1/batches", "/v1/messages/batches") and BATCHES.create_delay:
+            BATCHES.creating.set()
+            time.sleep(BATCHES.create_delay)
         with BATCHES.lock:
             if self.path == "/v1/files":
                 content = body.split(b"\r\n\r\n", 2)[-1].rsplit(b"\r\n--", 1)[0]
@@ -86,12 +106,14 @@ class Handler(BaseHTTPRequestHandler):
                 BATCHES.files[file_id] = content
                 return self._send(200, {"id": file_id, "purpose": "batch"})
             if self.path == "/v1/batches":
-                lines = [json.loads(line) for line in BATCHES.files[json.loads(body)["input_file_id"]].splitlines()]
-                return self._send(200, self._create("openai", [(x["custom_id"], _prompt(x["body"])) for x in lines]))
+                asked = json.loads(body)
+                lines = [json.loads(line) for line in BATCHES.files[asked["input_file_id"]].splitlines()]
+                return self._answer_create(self._create("openai", [(x["custom_id"], _prompt(x["body"]))
+                                                                   for x in lines], asked.get("metadata")))
             if self.path == "/v1/messages/batches":
                 requests = json.loads(body)["requests"]
-                return self._send(200, self._create("anthropic", [(r["custom_id"], _prompt(r["params"]))
-                                                                  for r in requests]))
+                return self._answer_create(self._create("anthropic", [(r["custom_id"], _prompt(r["params"]))
+                                                                      for r in requests]))
             found = re.fullmatch(r"/v1(?:/messages)?/batches/([\w-]+)/cancel", self.path)
             if found and found.group(1) in BATCHES.batches:
                 BATCHES.cancelled.append(found.group(1))
@@ -99,9 +121,17 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, {"id": found.group(1)})
         self._send(404, {"error": {"message": f"no route {self.path}"}})
 
-    def _create(self, provider: str, lines: list[tuple[str, str]]) -> dict:
+    def _answer_create(self, view: dict) -> None:
+        if BATCHES.drop_create:  # created, and the answer lost on the way
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self._send(200, view)
+
+    def _create(self, provider: str, lines: list[tuple[str, str]], metadata: dict | None = None) -> dict:
         batch_id = f"batch_{provider}_{len(BATCHES.created)}"
-        batch = {"id": batch_id, "provider": provider, "lines": lines, "looks": 0, "cancelled": False}
+        batch = {"id": batch_id, "provider": provider, "lines": lines, "looks": 0, "cancelled": False,
+                 "metadata": metadata or {}}
         BATCHES.batches[batch_id] = batch
         BATCHES.created.append(batch)
         return self._view(batch)
@@ -130,13 +160,21 @@ class Handler(BaseHTTPRequestHandler):
         status = "in_progress"
         if ended:
             status = "cancelled" if batch["cancelled"] else "expired" if BATCHES.expire else "completed"
-        return {"id": batch["id"], "object": "batch", "status": status,
+        return {"id": batch["id"], "object": "batch", "status": status, "metadata": batch["metadata"],
                 "request_counts": {"total": len(batch["lines"]), "completed": good, "failed": len(results) - good},
                 "output_file_id": f"out-{batch['id']}" if ended else None,
                 "error_file_id": f"err-{batch['id']}" if ended else None}
 
     def do_GET(self) -> None:
         with BATCHES.lock:
+            listing = re.fullmatch(r"/v1/batches\?limit=(\d+)(?:&after=([\w-]+))?", self.path)
+            if listing:
+                newest = [b for b in reversed(list(BATCHES.batches.values())) if b["provider"] == "openai"]
+                ids = [b["id"] for b in newest]
+                start = ids.index(listing.group(2)) + 1 if listing.group(2) in ids else 0
+                page = newest[start:start + int(listing.group(1))]
+                return self._send(200, {"object": "list", "data": [self._view(b) for b in page],
+                                        "has_more": start + len(page) < len(newest)})
             found = re.fullmatch(r"/v1(?:/messages)?/batches/([\w-]+)", self.path)
             if found and found.group(1) in BATCHES.batches:
                 batch = BATCHES.batches[found.group(1)]

@@ -272,36 +272,195 @@ def test_a_batch_call_costs_the_tables_batch_rate_else_half_the_live_price():
     assert client.estimate_cost("b", 1_000_000, 1_000_000, batch=True) == 4.5
 
 
-def test_a_batch_the_ledger_cannot_record_is_cancelled_and_its_items_fail_with_the_reason():
-    import sqlite3
+class _Provider:
+    """A batch API that creates every batch it is sent (as ``batch_paid``), or refuses with ``refusal``."""
 
-    from fieldeval.calls.batches.rounds import BatchAnswers, BatchSettings, _submit
+    name, base, max_requests, max_bytes, searchable = "openai", "http://x", 100, 10**6, False
 
-    class Provider:
-        max_requests, max_bytes, cancelled = 100, 10**6, []
+    def __init__(self):
+        self.created, self.cancelled = [], []
 
-        def submit(self, lines, model):
-            return "batch_paid"
+    def submit(self, lines, model, digest=None):
+        self.created.append(digest)
+        return "batch_paid"
 
-        def cancel(self, batch_id, model):
-            self.cancelled.append(batch_id)
+    def cancel(self, batch_id, model):
+        self.cancelled.append(batch_id)
 
-    class Ledger:
-        def record(self, *args):
-            raise sqlite3.OperationalError("database or disk is full")
 
-    class Client:
-        def estimate_cost(self, *args, **kwargs):
-            return None
+class _Client:
+    cache_mode = "use"
 
+    def estimate_cost(self, *args, **kwargs):
+        return None
+
+
+def _groups(provider):
     class Request:
         prompt, system, options = "p", None, {}
 
-    provider, answers, said = Provider(), BatchAnswers(), []
-    groups = {("openai", "http://x", "gpt-batch"): (provider, None, {"k1": (Request(), b"{}"), "k2": (Request(), b"{}")})}
-    created = _submit(Client(), Ledger(), groups, {}, BatchSettings(max_wait_s=1), answers, said.append)
+    return {("openai", "http://x", "gpt-batch"): (provider, None, {"k1": (Request(), b"{}"), "k2": (Request(), b"{}")})}
+
+
+def test_a_batch_the_ledger_cannot_record_is_cancelled_and_its_items_fail_with_the_reason(tmp_path, monkeypatch):
+    import sqlite3
+
+    from fieldeval.calls.batches.ledger import BatchLedger
+    from fieldeval.calls.batches.rounds import BatchAnswers, BatchSettings, _submit
+
+    ledger, provider, answers, said = BatchLedger(tmp_path / "cache.sqlite"), _Provider(), BatchAnswers(), []
+
+    def full(*args):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ledger, "confirm", full)  # the intent was recorded; the disk filled during the create
+    pending, created = _submit(_Client(), ledger, _groups(provider), BatchSettings(max_wait_s=1), answers, said.append)
     assert created == set() and provider.cancelled == ["batch_paid"]
     assert sorted(answers.failed) == ["k1", "k2"]
     assert "could not be recorded" in answers.failed["k1"].detail and "disk is full" in answers.failed["k1"].detail
     [line] = [line for line in said if "batch_paid" in line]
     assert "cancelled it" in line and "database or disk is full" in line
+
+
+def test_a_batch_whose_intent_cannot_be_recorded_is_never_sent(tmp_path, monkeypatch):
+    # the batch was created first and recorded after: a ledger that failed in between left a paid batch unknown
+    import sqlite3
+
+    from fieldeval.calls.batches.ledger import BatchLedger
+    from fieldeval.calls.batches.rounds import BatchAnswers, BatchSettings, _submit
+
+    ledger, provider, answers, said = BatchLedger(tmp_path / "cache.sqlite"), _Provider(), BatchAnswers(), []
+
+    def full(*args):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ledger, "intend", full)
+    _submit(_Client(), ledger, _groups(provider), BatchSettings(max_wait_s=1), answers, said.append)
+    assert provider.created == [] and sorted(answers.failed) == ["k1", "k2"]
+    assert "nothing was submitted" in answers.failed["k1"].detail
+
+
+def _start(project: pytest.Pytester, model: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pytest", *_args(model, *extra)], cwd=project.path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for(condition, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_session_killed_during_the_create_has_its_batch_found_not_paid_again(project):
+    # the batch was created at the provider and never recorded: the rerun submitted the same requests again
+    BATCHES.reset(create_delay=3.0)
+    _suite(project, 6)
+    session = _start(project, "gpt-batch")
+    _wait_for(BATCHES.creating.is_set)
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(timeout=60)
+    _wait_for(lambda: len(BATCHES.created) == 1)  # the provider finished the create the session never heard of
+    listed = json.loads(_fieldeval(project, "batches", "list", "--json").stdout)
+    assert [(b["state"], b["requests"]) for b in listed] == [("creating", 6)]  # the intent, recorded first
+    BATCHES.create_delay, BATCHES.polls = 0.0, 0
+    result, _ = _run(project, "gpt-batch", 6)
+    result.assert_outcomes(passed=6)
+    assert len(BATCHES.created) == 1  # found by its request set's digest in the batch's metadata
+    assert f"found {BATCHES.created[0]['id']}" in result.stderr.str()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_during_the_create_waits_until_the_batch_is_recorded(project, sig):
+    BATCHES.reset(create_delay=3.0, polls=10**9)
+    _suite(project, 4)
+    session = _start(project, "gpt-batch")
+    _wait_for(BATCHES.creating.is_set)
+    os.kill(session.pid, sig)
+    _, err = session.communicate(timeout=120)
+    assert "received while a batch is being created" in err and "Traceback" not in err
+    assert len(BATCHES.created) == 1
+    listed = json.loads(_fieldeval(project, "batches", "list", "--json").stdout)
+    assert [(b["id"], b["state"]) for b in listed] == [(BATCHES.created[0]["id"], "submitted")]
+    BATCHES.create_delay, BATCHES.polls = 0.0, 0
+    result, _ = _run(project, "gpt-batch", 4)
+    result.assert_outcomes(passed=4)
+    assert len(BATCHES.created) == 1
+
+
+def test_a_create_whose_answer_is_lost_is_found_at_the_provider_in_the_same_session(project):
+    # the session said "openai refused a batch", failed the items, and the rerun created a second batch
+    BATCHES.reset(drop_create=True)
+    result, _ = _run(project, "gpt-batch", 4)
+    result.assert_outcomes(passed=4)
+    assert len(BATCHES.created) == 1 and "refused" not in result.stderr.str()
+
+
+def test_a_lost_create_at_a_provider_that_cannot_be_searched_waits_for_the_users_word(project):
+    BATCHES.reset(drop_create=True)
+    result, _ = _run(project, "claude-batch", 4)
+    result.assert_outcomes(failed=4)
+    assert "cannot be searched" in result.stderr.str() and "fieldeval batches forget creating-" in result.stderr.str()
+    BATCHES.drop_create = False
+    again, _ = _run(project, "claude-batch", 4)
+    again.assert_outcomes(failed=4)
+    assert len(BATCHES.created) == 1  # never created again without the user's word
+    [intent] = json.loads(_fieldeval(project, "batches", "list", "--json").stdout)
+    forgotten = _fieldeval(project, "batches", "forget", intent["id"])
+    assert forgotten.returncode == 0 and "run as new" in forgotten.stdout
+    result, _ = _run(project, "claude-batch", 4)
+    result.assert_outcomes(passed=4)
+    assert len(BATCHES.created) == 2
+
+
+def test_two_sessions_at_once_on_one_cache_submit_one_batch(project):
+    BATCHES.reset(create_delay=3.0)
+    _suite(project, 10)
+    first, second = _start(project, "gpt-batch"), _start(project, "gpt-batch")
+    outs = [session.communicate(timeout=300) for session in (first, second)]
+    assert [session.returncode for session in (first, second)] == [0, 0], outs
+    assert [len(b["lines"]) for b in BATCHES.created] == [10]
+
+
+def test_a_batch_the_provider_forgot_fails_its_items_until_forgotten_then_they_run_as_new(project):
+    BATCHES.reset(polls=10**9)
+    result, _ = _run(project, "gpt-batch", 4, "--batch-max-wait", "0.3")
+    result.assert_outcomes(failed=4)
+    batch_id = BATCHES.created[0]["id"]
+    BATCHES.forget()
+    BATCHES.polls = 0
+    result, _ = _run(project, "gpt-batch", 4)
+    result.assert_outcomes(failed=4)
+    assert f"does not know batch {batch_id}" in result.stderr.str() and "batches forget" in result.stderr.str()
+    assert len(BATCHES.created) == 1
+    cancelled = _fieldeval(project, "batches", "cancel", batch_id)  # the 404 means it is gone: forgotten
+    assert cancelled.returncode == 0 and "forgotten" in cancelled.stdout, cancelled.stderr
+    result, _ = _run(project, "gpt-batch", 4)
+    result.assert_outcomes(passed=4)
+    assert len(BATCHES.created) == 2
+
+
+def test_a_damaged_cache_carries_its_pending_batch_over(project):
+    # the damaged file was moved aside with its ledger: the warning did not mention the batch, the rerun paid again
+    import sqlite3
+
+    BATCHES.reset(polls=10**9)
+    result, _ = _run(project, "gpt-batch", 40, "--batch-max-wait", "0.3")
+    result.assert_outcomes(failed=40)
+    cache = project.path / "reports" / "responses.sqlite"
+    db = sqlite3.connect(cache, isolation_level=None)  # answers of earlier runs fill several pages of responses
+    db.executemany("INSERT INTO responses (key, model, text) VALUES (?, 'm', ?)",
+                   ((f"k{i}", "x" * 500) for i in range(400)))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'responses'").fetchone()[0]
+    db.close()
+    with open(cache, "r+b") as damaged:  # the responses table's root page is garbage; the ledger's pages are not
+        damaged.seek((root - 1) * page_size + 8)
+        damaged.write(b"\xff" * 64)
+    BATCHES.polls = 0
+    result, _ = _run(project, "gpt-batch", 40)
+    assert "is damaged" in result.stderr.str()
+    assert f"1 pending batch(es) ({BATCHES.created[0]['id']}) were carried over" in result.stderr.str()
+    result.assert_outcomes(passed=40)
+    assert len(BATCHES.created) == 1

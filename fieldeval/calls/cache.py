@@ -115,9 +115,9 @@ class ResponseCache:
                 raise UsageError(f"response cache {self.path}: cannot open it ({error}); "
                                  "pass a writable file to --cache-path, or --cache off") from None
             aside = self._move_aside()
-            warn(f"fieldeval: response cache {self.path} is damaged ({error}); moved it to {aside.name} "
-                 "and started a fresh cache")
             self._create()
+            warn(f"fieldeval: response cache {self.path} is damaged ({error}); moved it to {aside.name} "
+                 f"and started a fresh cache{self._carry_batches(aside)}")
         except OSError as error:
             raise UsageError(f"response cache {self.path}: cannot create it ({error.strerror}); "
                              "pass a writable file to --cache-path, or --cache off") from None
@@ -159,6 +159,21 @@ class ResponseCache:
         if "batch" not in {row[1] for row in db.execute("PRAGMA table_info(responses)")}:  # a cache from before --batch
             db.execute("ALTER TABLE responses ADD COLUMN batch INTEGER")
         db.execute("SELECT key FROM responses LIMIT 1").fetchall()
+
+    def _carry_batches(self, aside: Path) -> str:
+        """Carry the damaged file's pending batches over to the fresh one (their requests must not be submitted
+        again); what the warning adds about them."""
+        from fieldeval.calls.batches.ledger import carry_over
+
+        carried, unreadable = carry_over(aside, self.path)
+        if unreadable is not None:
+            return (f"; its batch ledger could not be read ({unreadable}): a batch it recorded may still be "
+                    f"pending, so check `fieldeval batches list --cache-path {aside}` or the provider's console "
+                    "before a --batch session")
+        if carried:
+            return (f"; its {len(carried)} pending batch(es) ({', '.join(carried[:3])}"
+                    f"{', ...' if len(carried) > 3 else ''}) were carried over and are collected, not submitted again")
+        return ""
 
     def _drop(self) -> None:
         if self._db is not None:

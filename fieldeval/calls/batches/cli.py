@@ -1,4 +1,4 @@
-"""``fieldeval batches list`` and ``fieldeval batches cancel ID``: the batches a response cache has recorded."""
+"""``fieldeval batches list``, ``cancel ID`` and ``forget ID``: the batches a response cache has recorded."""
 
 from __future__ import annotations
 
@@ -60,9 +60,10 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from fieldeval.calls.batches.providers import provider_for
+    from fieldeval.calls.batches.providers import NotKnown, provider_for
     from fieldeval.calls.failures import ModelCallError
     from fieldeval.calls.models import resolve_model
+    from fieldeval.store.registry import use_session_store
 
     ledger = _ledger(args)
     try:
@@ -75,6 +76,10 @@ def _cancel(args: argparse.Namespace) -> int:
                                                  "completed", "expired", "failed"):
             print(f"{record.id}: already {'collected' if record.collected else record.state}; nothing to cancel")
             return 0
+        if record.intent:
+            raise UsageError(f"batches cancel {record.id}: an intent whose creation was cut off has no batch id; "
+                             f"check the provider's console, then `fieldeval batches forget {record.id}`")
+        use_session_store(args.store)
         try:
             provider = provider_for(resolve_model(record.model, flag="the batch's model"))
         except UsageError:
@@ -87,18 +92,44 @@ def _cancel(args: argparse.Namespace) -> int:
                              "cancel it in the provider's console")
         try:
             provider.cancel(record.id, record.model)
+        except NotKnown:  # the provider no longer has it: nothing to cancel, nothing to wait for
+            ledger.forget(record.id)
+            print(f"{record.id}: {record.provider} does not know it (HTTP 404); forgotten, so its "
+                  f"{record.requests} request(s) run as new in the next --batch session")
+            return 0
         except ModelCallError as error:
             raise UsageError(f"batches cancel {record.id}: {record.provider} refused ({error.detail})") from None
         ledger.mark(record.id, "cancelling")
     finally:
+        use_session_store(None)
         ledger.close()
     print(f"{record.id}: cancelling at {record.provider}; the next --batch session collects the requests it "
           "answered (they are paid for) and submits the rest again")
     return 0
 
 
+def _forget(args: argparse.Namespace) -> int:
+    ledger = _ledger(args)
+    try:
+        record = ledger.get(args.batch_id)
+        if record is None:
+            known = ", ".join(b.id for b in ledger.batches(pending_only=True)[:5]) or "none pending"
+            raise UsageError(f"batches forget {args.batch_id!r}: no such batch in {args.cache_path} ({known}); "
+                             "see `fieldeval batches list`")
+        if record.collected:
+            print(f"{record.id}: already {record.state if record.state == 'forgotten' else 'collected'}; "
+                  "nothing to forget")
+            return 0
+        ledger.forget(record.id)
+    finally:
+        ledger.close()
+    print(f"{record.id}: forgotten; its {record.requests} request(s) of {record.model} run as new in the next "
+          "--batch session (if the provider still has the batch, cancel it there, or it is paid twice)")
+    return 0
+
+
 def register_cli(sub) -> None:
-    """Add ``batches list`` and ``batches cancel`` to the ``fieldeval`` command."""
+    """Add ``batches list``, ``batches cancel`` and ``batches forget`` to the ``fieldeval`` command."""
     batches = sub.add_parser("batches", help="the provider batches --batch sessions submitted")
     batch_sub = batches.add_subparsers(dest="batches_command", required=True)
     listing = batch_sub.add_parser("list", help="pending batches (with --all, every recorded one)")
@@ -108,7 +139,14 @@ def register_cli(sub) -> None:
     cancel = batch_sub.add_parser("cancel", help="stop a pending batch at its provider")
     cancel.add_argument("batch_id", metavar="ID", help="the batch's id, as `fieldeval batches list` shows it")
     cancel.set_defaults(func=_cancel)
-    for parser in (listing, cancel):
+    cancel.add_argument("--store", metavar="URL", default=None,
+                        help="the run store whose registered endpoints the batch's model is (default: "
+                             "$FIELDEVAL_STORE, else reports/fieldeval.db)")
+    forget = batch_sub.add_parser("forget", help="stop waiting for a batch the provider no longer knows (or an "
+                                  "interrupted creation you have checked); its requests run as new")
+    forget.add_argument("batch_id", metavar="ID", help="the batch's id, as `fieldeval batches list` shows it")
+    forget.set_defaults(func=_forget)
+    for parser in (listing, cancel, forget):
         parser.add_argument("--cache-path", default=str(DEFAULT_CACHE), metavar="PATH",
                             help=f"the response cache the sessions used (default: {DEFAULT_CACHE})")
 

@@ -48,6 +48,22 @@ class Answer:
 
 
 Outcome = Answer | ModelCallError
+METADATA_KEY = "fieldeval_request_set"  # the batch metadata that holds its request set's digest
+LOOKUP_PAGES = 10  # pages of 100 of the provider's latest batches searched for a digest
+GONE = ("failed", "expired", "cancelled", "cancelling")  # states of a batch that will answer nothing more
+
+
+class NotKnown(PermanentCallError):
+    """The provider does not know the batch (or file) asked for: HTTP 404."""
+
+
+class CreationUnknown(Exception):
+    """The create request was sent and its answer lost (a dropped connection, a timeout, a 5xx): the batch may
+    exist at the provider. ``error`` is the classified failure."""
+
+    def __init__(self, error: ModelCallError) -> None:
+        super().__init__(error.detail)
+        self.error = error
 
 
 class BatchHTTP:
@@ -69,6 +85,8 @@ class BatchHTTP:
             raise classify(model, error) from None
         if not 200 <= reply.status < 300:
             message = _error_message(reply.data)
+            if reply.status == 404:
+                raise NotKnown(model, "HTTP 404", message)
             raise classify(model, HTTPStatusError(reply.status, dict(reply.headers), message))
         return reply.data
 
@@ -118,8 +136,11 @@ class OpenAIBatches:
         return json.dumps({"custom_id": request.key, "method": "POST", "url": "/v1/chat/completions", "body": body},
                           ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
 
-    def submit(self, lines: list[bytes], model: str) -> str:
-        """Upload the lines as a ``batch`` file and create the batch; its id."""
+    searchable = True  # a batch can be found by its metadata (:meth:`find`)
+
+    def submit(self, lines: list[bytes], model: str, digest: str | None = None) -> str:
+        """Upload the lines as a ``batch`` file and create the batch, its metadata holding ``digest``; its id.
+        A create whose answer was lost raises :class:`CreationUnknown`."""
         boundary = uuid.uuid4().hex
         payload = b"".join([
             f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'.encode(),
@@ -127,10 +148,30 @@ class OpenAIBatches:
             "Content-Type: application/jsonl\r\n\r\n".encode(), *lines, f"\r\n--{boundary}--\r\n".encode()])
         uploaded = json.loads(self.http.send("POST", "/files", body=payload, model=model,
                                              content_type=f"multipart/form-data; boundary={boundary}"))
-        created = self.http.json("POST", "/batches", {"input_file_id": uploaded["id"],
-                                                      "endpoint": "/v1/chat/completions",
-                                                      "completion_window": "24h"}, model=model)
-        return str(created["id"])
+        body = {"input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        if digest is not None:
+            body["metadata"] = {METADATA_KEY: digest}
+        try:
+            created = self.http.json("POST", "/batches", body, model=model)
+        except ModelCallError as error:
+            if isinstance(error, PermanentCallError):
+                raise  # refused: nothing was created
+            raise CreationUnknown(error) from None
+        return _created_id(created, model)
+
+    def find(self, digest: str, model: str) -> list[tuple[str, str]]:
+        """``(id, status)`` of the provider's latest batches whose metadata holds ``digest``, newest first."""
+        found, after = [], None
+        for _ in range(LOOKUP_PAGES):
+            page = self.http.json("GET", "/batches?limit=100" + (f"&after={after}" if after else ""), model=model)
+            for batch in page.get("data") or []:
+                if ((batch.get("metadata") or {}).get(METADATA_KEY)) == digest:
+                    found.append((str(batch.get("id")), str(batch.get("status"))))
+            data = page.get("data") or []
+            if not page.get("has_more") or not data:
+                break
+            after = data[-1].get("id")
+        return found
 
     def state(self, batch_id: str, model: str) -> BatchState:
         found = self.http.json("GET", f"/batches/{batch_id}", model=model)
@@ -192,10 +233,25 @@ class AnthropicBatches:
         return json.dumps({"custom_id": request.key, "params": body}, ensure_ascii=False).encode(
             "utf-8", "surrogatepass")
 
-    def submit(self, lines: list[bytes], model: str) -> str:
+    searchable = False  # Message Batches keep no metadata: a batch cannot be found by its requests until it ends
+
+    def submit(self, lines: list[bytes], model: str, digest: str | None = None) -> str:
+        """Create the batch; its id. A create whose answer was lost raises :class:`CreationUnknown`."""
         payload = b'{"requests": [' + b", ".join(lines) + b"]}"
-        created = json.loads(self.http.send("POST", "/v1/messages/batches", body=payload, model=model))
-        return str(created["id"])
+        try:
+            data = self.http.send("POST", "/v1/messages/batches", body=payload, model=model)
+        except ModelCallError as error:
+            if isinstance(error, PermanentCallError):
+                raise
+            raise CreationUnknown(error) from None
+        try:
+            created = json.loads(data)
+        except ValueError:
+            created = None
+        return _created_id(created, model)
+
+    def find(self, digest: str, model: str) -> list[tuple[str, str]]:
+        raise NotImplementedError("Anthropic's Message Batches cannot be searched by their requests")
 
     def state(self, batch_id: str, model: str) -> BatchState:
         found = self.http.json("GET", f"/v1/messages/batches/{batch_id}", model=model)
@@ -234,6 +290,14 @@ class AnthropicBatches:
 
     def cancel(self, batch_id: str, model: str) -> None:
         self.http.json("POST", f"/v1/messages/batches/{batch_id}/cancel", {}, model=model)
+
+
+def _created_id(created: Any, model: str) -> str:
+    """The id in a create's answer; an answer without one may still have created the batch."""
+    batch_id = created.get("id") if isinstance(created, dict) else None
+    if not batch_id:
+        raise CreationUnknown(InvalidReplyError(model, "the batch API answered the create without a batch id"))
+    return str(batch_id)
 
 
 def _same_origin(base: str, url: str) -> str:
@@ -299,5 +363,5 @@ def split(lines: Iterable[bytes], max_requests: int, max_bytes: int) -> Iterator
         yield part
 
 
-__all__ = ["AnthropicBatches", "Answer", "BatchState", "OpenAIBatches", "Outcome", "provider_for", "request_body",
+__all__ = ["GONE", "AnthropicBatches", "Answer", "BatchState", "CreationUnknown", "NotKnown", "OpenAIBatches", "Outcome", "provider_for", "request_body",
            "split"]

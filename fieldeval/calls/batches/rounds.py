@@ -15,16 +15,20 @@ answered from the session's batch answers, and models without a batch API run li
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldeval.calls.batches.ledger import BatchLedger
-from fieldeval.calls.batches.providers import Answer, provider_for, request_body, split
+from fieldeval.calls.batches.ledger import BatchLedger, request_set_digest
+from fieldeval.calls.batches.providers import (GONE, Answer, CreationUnknown, NotKnown, provider_for, request_body,
+                                               split)
 from fieldeval.calls.cache import CachedResponse
 from fieldeval.calls.failures import ModelCallError, PermanentCallError, TransientCallError, classify
 from fieldeval.calls.records import Completion
@@ -85,7 +89,8 @@ class _Deferring:
         if known is None and cache is not None:
             known = cache.get(key)
         if known is not None:
-            return Completion(request.model_id, known.text, 0.0, known.prompt_tokens, known.completion_tokens)
+            return Completion(request.model_id, known.text, 0.0, known.prompt_tokens, known.completion_tokens,
+                              system=request.system, prompt=request.prompt, options=request.options)
         if key not in self.answers.failed and key not in self.answers.waiting:
             self.found.setdefault(key, request)
         raise _Deferred
@@ -127,8 +132,7 @@ def run_batches(jobs: Iterable[tuple[Callable[[Any], Any], Any]], client: Any, s
                 if model not in live_said:
                     live_said.add(model)
                     say(f"fieldeval batch: {model} has no batch API; its {count} uncached call(s) run live")
-            pending = ledger.pending_for(key for group in batchable.values() for key in group[2])
-            submitted = _submit(client, ledger, batchable, pending, settings, answers, say)
+            pending, submitted = _submit(client, ledger, batchable, settings, answers, say)
             waited = set(pending.values()) | submitted
             if not waited:
                 return answers
@@ -162,40 +166,181 @@ def _by_provider(client: Any, found: dict[str, Any]) -> tuple[dict[tuple, tuple]
     return groups, live
 
 
-def _submit(client: Any, ledger: BatchLedger, groups: dict, pending: dict[str, str], settings: BatchSettings,
-            answers: BatchAnswers, say: Callable[[str], None]) -> set[str]:
-    """Submit each group's requests that no pending batch holds; the new batches' ids (each recorded at once).
-    A submission the provider refuses fails its requests' items with its error (they are not sent live: a
-    batch session never pays the live price unasked)."""
+def _submit(client: Any, ledger: BatchLedger, groups: dict, settings: BatchSettings, answers: BatchAnswers,
+            say: Callable[[str], None]) -> tuple[dict[str, str], set[str]]:
+    """Under the cache's submission lock: settle the intents an earlier session left (:func:`_recover`), then
+    submit each group's requests that no pending batch holds, each batch's intent recorded first. Returns the
+    pending ``{key: batch id}`` of the groups' requests and the ids of the batches this session created or
+    adopted. A submission the provider refuses fails its requests' items with its error (they are not sent
+    live: a batch session never pays the live price unasked)."""
     created: set[str] = set()
-    for (name, base, model_id), (provider, _model, lines) in groups.items():
-        todo = {key: entry for key, entry in lines.items() if key not in pending}
-        if not todo:
+    with ledger.submitting(say):
+        _recover(client, ledger, say)
+        pending = ledger.pending_for(key for group in groups.values() for key in group[2])
+        for (name, base, model_id), (provider, _model, lines) in groups.items():
+            todo = {key: entry for key, entry in lines.items() if key not in pending}
+            if not todo:
+                continue
+            size = min(settings.size or provider.max_requests, provider.max_requests)
+            parts = list(split((line for _, line in todo.values()), size, provider.max_bytes))
+            say(f"fieldeval batch: {len(todo)} request(s) of {model_id} to {name} in {len(parts)} batch(es), "
+                f"{_estimate(client, model_id, [request for request, _ in todo.values()])}")
+            keys = iter(todo)
+            for part in parts:
+                part_keys = [next(keys) for _ in part]
+                batch_id = _create(client, ledger, provider, (name, base, model_id), part, part_keys, answers, say)
+                if batch_id is not None:
+                    created.add(batch_id)
+                    pending.update(dict.fromkeys(part_keys, batch_id))
+    return pending, created
+
+
+def _create(client: Any, ledger: BatchLedger, provider: Any, where: tuple[str, str, str], part: list[bytes],
+            keys: list[str], answers: BatchAnswers, say: Callable[[str], None]) -> str | None:
+    """One batch, paid once: its intent recorded, a batch the provider already holds for the same requests
+    adopted, else created with Ctrl-C and SIGTERM held until it is recorded; its id, or None (its items fail)."""
+    name, base, model_id = where
+    digest = request_set_digest(keys)
+
+    def fail(detail: str, kind: str = "transient") -> None:
+        for key in keys:
+            answers.failed[key] = ModelCallError(model_id, detail, kind=kind)
+
+    with _held_signals(say):
+        try:
+            intent = ledger.intend(digest, name, model_id, base, keys)
+        except Exception as error:  # noqa: BLE001 - a full disk, a locked or damaged cache file: nothing sent
+            say(f"fieldeval batch: the intent to submit {len(keys)} request(s) of {model_id} could not be recorded "
+                f"in the response cache's ledger ({error}); nothing was submitted")
+            fail(f"its batch could not be recorded before submitting ({error}); nothing was submitted")
+            return None
+        adopted = _adopt(client, ledger, provider, digest, model_id, say)
+        if adopted is not None:
+            ledger.confirm(intent, adopted)
+            return adopted
+        try:
+            batch_id = provider.submit(part, model_id, digest)
+        except CreationUnknown as unknown:
+            batch_id = _look_up(ledger, provider, digest, model_id)
+            if batch_id is None:
+                if provider.searchable:  # the provider lists no such batch: nothing was created
+                    ledger.drop(intent)
+                    say(f"fieldeval batch: {name} did not answer the creation of a batch of {len(keys)} request(s) "
+                        f"of {model_id} ({unknown.error.detail}) and lists none; run the command again")
+                    fail(f"its batch was not created: {unknown.error.detail}")
+                else:
+                    line = _unsearchable(intent, name, model_id, len(keys), unknown.error.detail)
+                    say(line)
+                    fail(line.removeprefix("fieldeval batch: "))
+                return None
+        except Exception as error:  # noqa: BLE001 - refused, unreachable before the create: nothing was created
+            ledger.drop(intent)
+            error = classify(model_id, error) if not isinstance(error, ModelCallError) else error
+            say(f"fieldeval batch: {name} refused a batch of {len(part)} request(s) of {model_id}: {error.detail}")
+            fail(f"its batch was not accepted: {error.detail}", error.kind)
+            return None
+        try:
+            ledger.confirm(intent, batch_id)
+        except Exception as error:  # noqa: BLE001 - a full disk, a locked or damaged cache file
+            _unrecorded(provider, batch_id, model_id, keys, error, answers, say)
+            return None
+    say(f"fieldeval batch: submitted {batch_id} ({len(part)} request(s))")
+    return batch_id
+
+
+def _adopt(client: Any, ledger: BatchLedger, provider: Any, digest: str, model_id: str,
+           say: Callable[[str], None]) -> str | None:
+    """A batch the provider already holds for this request set (created by a session whose ledger was lost, or
+    whose create's answer was), still able to answer and not yet collected here; None when there is none, the
+    provider cannot be searched, or ``--cache refresh`` asks for new answers."""
+    if not provider.searchable or client.cache_mode == "refresh":
+        return None
+    found = _look_up(ledger, provider, digest, model_id)
+    if found is not None:
+        say(f"fieldeval batch: {found} at {provider.name} already holds these {model_id} requests; waiting for it "
+            "instead of paying for them again")
+    return found
+
+
+def _look_up(ledger: BatchLedger, provider: Any, digest: str, model_id: str) -> str | None:
+    """The newest batch at the provider made for ``digest`` that can still answer and was not collected here;
+    None when there is none or the provider cannot be searched (or read)."""
+    if not provider.searchable:
+        return None
+    try:
+        found = provider.find(digest, model_id)
+    except Exception:  # noqa: BLE001 - the provider cannot be read now: treated as not found, said by the caller
+        return None
+    collected = ledger.collected_ids()
+    return next((batch_id for batch_id, state in found if state not in GONE and batch_id not in collected), None)
+
+
+def _recover(client: Any, ledger: BatchLedger, say: Callable[[str], None]) -> None:
+    """Settle the intents a session left when it was killed or lost a create's answer (the lock is held, so no
+    live session is creating): found at the provider, the batch is recorded; listed nowhere, the intent is
+    dropped and its requests are submitted again; at a provider that cannot be searched, it stays."""
+    for record in ledger.batches(pending_only=True):
+        if not record.intent:
             continue
-        size = min(settings.size or provider.max_requests, provider.max_requests)
-        parts = list(split((line for _, line in todo.values()), size, provider.max_bytes))
-        say(f"fieldeval batch: {len(todo)} request(s) of {model_id} to {name} in {len(parts)} batch(es), "
-            f"{_estimate(client, model_id, [request for request, _ in todo.values()])}")
-        keys = iter(todo)
-        for part in parts:
-            part_keys = [next(keys) for _ in part]
-            try:
-                batch_id = provider.submit(part, model_id)
-            except Exception as error:  # noqa: BLE001 - refused, unreachable, or an answer without an id
-                error = classify(model_id, error) if not isinstance(error, ModelCallError) else error
-                say(f"fieldeval batch: {name} refused a batch of {len(part)} request(s) of {model_id}: {error.detail}")
-                for key in part_keys:
-                    answers.failed[key] = ModelCallError(model_id, f"its batch was not accepted: {error.detail}",
-                                                         kind=error.kind)
-                continue
-            try:
-                ledger.record(batch_id, name, model_id, base, part_keys)
-            except Exception as error:  # noqa: BLE001 - a full disk, a locked or damaged cache file
-                _unrecorded(provider, batch_id, model_id, part_keys, error, answers, say)
-                continue
-            created.add(batch_id)
-            say(f"fieldeval batch: submitted {batch_id} ({len(part)} request(s))")
-    return created
+        try:
+            provider = provider_for(client.model(record.model))
+        except Exception:  # noqa: BLE001 - no key, or the model is gone: the intent waits, as its batch would
+            provider = None
+        if provider is None or not provider.searchable or record.digest is None:
+            continue
+        try:
+            found = provider.find(record.digest, record.model)
+        except Exception as error:  # noqa: BLE001 - the provider cannot be read now: the next session tries again
+            say(f"fieldeval batch: cannot look up the batch an earlier session was creating ({record.id}): "
+                f"{classify(record.model, error).detail}; its requests wait")
+            continue
+        collected = ledger.collected_ids()
+        live = [batch_id for batch_id, state in found if state not in GONE and batch_id not in collected]
+        if live:
+            ledger.confirm(record.id, live[0])
+            say(f"fieldeval batch: found {live[0]} at {record.provider}, which an earlier session was creating "
+                f"when it stopped; waiting for it instead of paying again")
+        else:
+            ledger.drop(record.id)
+            say(f"fieldeval batch: the batch an earlier session was creating ({record.requests} request(s) of "
+                f"{record.model}) was never created at {record.provider}; its requests are submitted now")
+
+
+def _unsearchable(intent: str, provider: str, model_id: str, count: int, why: str) -> str:
+    """The line for a create whose outcome cannot be known: the user checks, then forgets the intent."""
+    return (f"fieldeval batch: {provider} did not answer the creation of a batch of {count} request(s) of {model_id} "
+            f"({why}), and its batches cannot be searched by their requests, so fieldeval will not create it again "
+            f"(that could pay twice): check the provider's console, cancel any duplicate there, then run "
+            f"`fieldeval batches forget {intent}` to submit these requests again")
+
+
+@contextlib.contextmanager
+def _held_signals(say: Callable[[str], None]) -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while a batch is created and recorded (main thread only): the first waits, with one
+    line, and is delivered afterwards; one sent again after a second stops the create at once (its intent is
+    then looked up by the next session)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, float]] = []
+
+    def hold(signum: int, _frame: Any) -> None:
+        now = time.monotonic()
+        if held and now - held[0][1] >= 1.0:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        if not held:
+            held.append((signum, now))
+            say(f"fieldeval batch: {signal.Signals(signum).name} received while a batch is being created; it is "
+                "recorded first so that it is never paid twice (send it again to stop at once)")
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0][0])
 
 
 def _unrecorded(provider: Any, batch_id: str, model_id: str, keys: list[str], error: Exception,
@@ -235,6 +380,15 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
     unread: dict[str, int] = {}  # looks in a row that got no usable answer, per batch
     while records:
         for batch_id, record in list(records.items()):
+            if record.intent:  # a create whose outcome is unknown at a provider that cannot be searched
+                line = _unsearchable(batch_id, record.provider, record.model, record.requests,
+                                     "an earlier session stopped while creating it")
+                say(line)
+                for key in ledger.keys(batch_id):
+                    answers.failed.setdefault(key, ModelCallError(record.model, line.removeprefix("fieldeval batch: "),
+                                                                  kind="transient"))
+                records.pop(batch_id)
+                continue
             try:
                 provider = provider_for(client.model(record.model))
             except Exception:  # noqa: BLE001 - no key, or the model is gone: its items wait, as below
@@ -247,6 +401,16 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
             try:
                 state = provider.state(batch_id, record.model)
                 unread.pop(batch_id, None)
+            except NotKnown as error:  # deleted, or another account's key: forgetting it is the user's call
+                line = (f"fieldeval batch: {record.provider} does not know batch {batch_id} ({error.detail}); its "
+                        f"{record.requests} request(s) wait for it until `fieldeval batches forget {batch_id}` lets "
+                        "them run as new (check first that the key is the account that submitted it)")
+                say(line)
+                for key in ledger.keys(batch_id):
+                    answers.failed.setdefault(key, ModelCallError(record.model, line.removeprefix("fieldeval batch: "),
+                                                                  kind="transient"))
+                records.pop(batch_id)
+                continue
             except Exception as error:  # noqa: BLE001 - classified: the provider may answer at the next poll
                 error = classify(record.model, error)
                 unread[batch_id] = unread.get(batch_id, 0) + 1
