@@ -233,3 +233,21 @@ def test_a_running_job_reports_its_own_pace_once_an_item_is_done(service):
     view = client.get("/api/evaluations/run_0000a1a1").json()
     assert 650 <= view["estimated_seconds"] <= 660  # 10 s an item over 65 items, give or take the seconds since
     assert 550 <= view["seconds_left"] <= 560
+
+
+def test_the_api_answers_json_503_when_the_store_cannot_be_reached(service, monkeypatch):
+    # a PostgreSQL store that went down mid-service: a plain-text "Internal Server Error" 500
+    import sqlalchemy as sa
+
+    from fieldeval.service import views
+
+    client, _ = service
+
+    def down(*args, **kwargs):
+        raise sa.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+
+    monkeypatch.setattr(views, "run_list", down)
+    answer = client.get("/api/evaluations")
+    assert answer.status_code == 503
+    assert "the run store cannot be reached (connection refused)" in answer.json()["message"]
+    assert answer.headers["X-Frame-Options"] == "DENY"

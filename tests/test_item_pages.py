@@ -163,3 +163,29 @@ def test_runs_that_recorded_different_audit_findings_are_shown_apart():
     assert audit_groups(records) == {"ibf": [{"findings": [{k: one[0][k] for k in ("kind", "message", "count")}],
                                               "runs": ["run_1", "run_3"]},
                                              {"findings": [], "runs": ["run_2"]}]}
+
+
+def test_the_items_page_of_a_run_with_an_errored_item_lists_it(prompted):
+    # it answered 500: the template formatted the errored item's missing score
+    from tests.test_api_responses import PROMPTED
+
+    page = prompted.get(f"/runs/{PROMPTED}", params={"benchmark": "ibf"})
+    assert page.status_code == 200, page.text[:300]
+    assert "ibf_0099" in _cases(page.text)
+
+
+@pytest.mark.parametrize("path", ["/", "/runs/run_0000000a", "/runs/run_0000000a/ebs/case003", "/api/evaluations",
+                                  "/runs/run_nothere"])
+def test_no_page_of_the_service_can_be_framed_by_another_site(client, path):
+    # any page could frame the dashboard (its "start an evaluation" form included)
+    answer = client.get(path)
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+
+
+def test_the_dashboard_diffs_the_run_asked_for_not_the_newest(prompted):
+    # a loop over the runs list overwrote the `run` parameter: the diff was always against the newest other run
+    page = prompted.get("/", params={"base": "run_0000000a", "run": "run_0000000b"})
+    assert page.status_code == 200
+    summary = re.search(r'<span id="diff-summary">(.*?)</span>', page.text).group(1)
+    assert summary.startswith("items of run_0000000b against run_0000000a")

@@ -243,3 +243,36 @@ def test_a_label_that_looks_like_an_option_reaches_the_job_as_its_value(client, 
     with open_store(store_url) as store:
         command = JobTable(store.engine).get(run_id).command
     assert "--run-label=-x" in command and "-x" not in command
+
+
+def test_a_second_serve_on_a_port_in_use_is_one_line_and_leaves_the_running_servers_token(tmp_path):
+    # the second server failed to bind only after writing its token file, then deleted it on the way out
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "FIELDEVAL_API_TOKEN"}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "fieldeval.cli", "serve", "--port", str(port), "--store",
+               str(tmp_path / "store.db"), "--evals-dir", str(ROOT / "evals")]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, seen = _lines(proc), []
+        saved = Path(_line_with(lines, r"token is in (\S+) ", seen)[1])
+        token = saved.read_text()
+        _until_listening(f"http://127.0.0.1:{port}/api/evaluations")
+        second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stdout + second.stderr
+        assert f"--port {port}: already in use" in second.stderr
+        assert saved.read_text() == token  # the running server's token is untouched
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_short_token_is_warned_about(tmp_path):
+    # a one-character FIELDEVAL_API_TOKEN was accepted without a word
+    server = Server(tmp_path / "store.db", token="s3cret").start()
+    try:
+        assert server.call("GET", "/api/evaluations")[0] == 200
+    finally:
+        server.proc.terminate()
+        output = server.proc.communicate(timeout=30)[0].decode()
+    assert "FIELDEVAL_API_TOKEN is 6 character(s) long; a token under 16 can be guessed" in output

@@ -13,11 +13,13 @@ dashboard of some runs as one self-contained HTML file (a CI artifact).
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
 import re
 import secrets
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -27,6 +29,7 @@ __all__ = ["TOKEN_ENV", "check_host_patterns", "create_app", "is_loopback", "par
            "render_report", "serve_settings", "token_file", "write_token_file"]
 
 TOKEN_ENV = "FIELDEVAL_API_TOKEN"
+MIN_TOKEN_CHARS = 16  # a shorter token is warned about: it can be guessed
 HOST_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
 HOST_PATTERN = re.compile(rf"(?:\*\.)?{HOST_LABEL}(?:\.{HOST_LABEL})*")  # TrustedHostMiddleware's two forms
 
@@ -172,6 +175,10 @@ def _serve(args: argparse.Namespace) -> int:
     from fieldeval.store import default_store_url
 
     token = None if args.no_token else configured or secrets.token_urlsafe(32)
+    if configured is not None and len(configured) < MIN_TOKEN_CHARS:
+        _warn(f"{TOKEN_ENV} is {len(configured)} character(s) long; a token under {MIN_TOKEN_CHARS} can be guessed "
+              "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    sock = bind_port(args.host, args.port)  # before the token file: a port in use leaves a running server's alone
     app = create_app(args.store or default_store_url(), evals_dir=evals_dir, token=token, no_token=args.no_token,
                      allowed_hosts=hosts, key_envs=key_envs)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else f"[{args.host}]" if ":" in args.host else args.host
@@ -194,11 +201,37 @@ def _serve(args: argparse.Namespace) -> int:
     if saved is not None:  # uvicorn re-raises SIGTERM once it has shut down: end through the finally below
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")).run(sockets=[sock])
     finally:
-        if saved is not None:
+        if saved is not None and _holds(saved, token):  # never another server's file
             saved.unlink(missing_ok=True)
     return 0
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; a usage error when the port is taken (another ``fieldeval serve``?)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise UsageError(f"--port {port}: already in use on {host} (another fieldeval serve?); stop it, or "
+                             "pass another --port") from None
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({error.strerror}); pass a local "
+                         "address and a free port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _holds(path: Path, token: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8").strip() == token
+    except OSError:
+        return False
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from sqlalchemy import exc as sa_exc
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from fieldeval.calls.endpoints import check_key_binding, register_endpoint
@@ -56,8 +57,13 @@ def plan_items(benchmark: str, corpus_version: str | None) -> int:
     return len(bench.cases(bench.load(options)))
 
 
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"message": message, **extra}, status_code=status)
+# every answer: no page of the service inside another site's page (clickjacking its forms), no type sniffing
+SECURITY_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'",
+                    "X-Content-Type-Options": "nosniff"}
+
+
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"message": message, **extra}, status_code=status, headers=headers)
 
 
 def _field_errors(error: RequestValidationError) -> str:
@@ -141,6 +147,12 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
     async def _require_token(request: Request, call_next):
         return await access.gate(request, call_next, token)
 
+    @app.middleware("http")
+    async def _no_framing(request: Request, call_next):
+        response = await call_next(request)  # no page of the service (its forms included) inside another page
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
     hosts = list(dict.fromkeys([*LOOPBACK_HOSTS, *(allowed_hosts or [])]))
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)  # added last: checked first
 
@@ -161,6 +173,18 @@ def create_app(store_url: str, *, evals_dir: Path, token: str | None, no_token: 
     @app.exception_handler(UsageError)
     async def _usage(_: Request, error: UsageError) -> JSONResponse:
         return _error(400, str(error))
+
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.InterfaceError)
+    async def _store_down(_: Request, error: sa_exc.DBAPIError) -> JSONResponse:
+        reason = " ".join(str(getattr(error, "orig", error)).split())[:200]
+        return _error(503, f"the run store cannot be reached ({reason}); start it or fix --store, then retry",
+                      headers=SECURITY_HEADERS)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, error: Exception) -> JSONResponse:
+        return _error(500, f"internal error ({type(error).__name__}); the server's log has the details",
+                      headers=SECURITY_HEADERS)
 
     @app.exception_handler(ModelConflict)
     @app.exception_handler(PartialRunError)

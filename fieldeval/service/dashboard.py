@@ -224,9 +224,9 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
         runs = run_list(store, jobs)
     else:
         runs = [{**summary.as_dict(), "done": summary.total_items} for summary in store.list_runs()]
-        for run in runs:
-            versions = run.pop("corpus_versions")
-            run["corpus_version"] = next(iter(versions.values())) if len(versions) == 1 else versions
+        for one in runs:
+            versions = one.pop("corpus_versions")
+            one["corpus_version"] = next(iter(versions.values())) if len(versions) == 1 else versions
     if run_ids is not None:
         by_id = {run["run_id"]: run for run in runs}
         missing = [run_id for run_id in run_ids if run_id not in by_id]
@@ -238,27 +238,27 @@ def context(store, jobs=None, *, run_ids: list[str] | None = None, live: bool = 
     cluster_notes: dict[str, list[str]] = {}
     stored = {summary.run_id for summary in store.list_runs()}
     records: dict[str, dict[str, Any]] = {}
-    for run in runs:
-        version = run["corpus_version"]
-        run["corpus_text"] = version if isinstance(version, str) else "; ".join(f"{b}={v}" for b, v in (version or {}).items())
-        run["corpus_list"] = [version] if isinstance(version, str) else list((version or {}).values())
-        if run["run_id"] in stored:
-            records[run["run_id"]] = record = store.get_run(run["run_id"])
+    for one in runs:
+        version = one["corpus_version"]
+        one["corpus_text"] = version if isinstance(version, str) else "; ".join(f"{b}={v}" for b, v in (version or {}).items())
+        one["corpus_list"] = [version] if isinstance(version, str) else list((version or {}).values())
+        if one["run_id"] in stored:
+            records[one["run_id"]] = record = store.get_run(one["run_id"])
             for bench, entries in _entries(record, known).items():
                 details.setdefault(bench, []).extend(entries)
             for bench, lines in few_cluster_notes(record).items():
                 cluster_notes.setdefault(bench, []).extend(lines)
     merged = {(r.get("run_group"), r["run_id"]) for r in records.values()
               if r.get("run_group") and r.get("shard_index") is None}
-    for run in runs:
-        record = records.get(run["run_id"]) or {}
+    for one in runs:
+        record = records.get(one["run_id"]) or {}
         errors = len(record.get("errors") or [])
-        run["errored_items"] = errors
-        run["errored"] = run["status"] in ERRORED or errors > 0
+        one["errored_items"] = errors
+        one["errored"] = one["status"] in ERRORED or errors > 0
         group = record.get("run_group")
-        run["shard_of"] = next((merged_id for g, merged_id in merged if g == group), None) \
+        one["shard_of"] = next((merged_id for g, merged_id in merged if g == group), None) \
             if group and record.get("shard_index") is not None else None
-        run["shard"] = f"{record['shard_index']}/{record['shard_count']}" if run["shard_of"] else None
+        one["shard"] = f"{record['shard_index']}/{record['shard_count']}" if one["shard_of"] else None
     keys = list(dict.fromkeys(e["key"] for entries in details.values() for e in entries))
     faces = [_face(known[name]) for name in sorted(details)]
     data = {"live": live, "benchmarks": faces, "entries": details, "colours": {k: i for i, k in enumerate(keys)},

@@ -115,11 +115,11 @@ def item_context(store: Any, run_id: str, benchmark: str, case_id: str, model: s
 
 def render_page(template: str, context: Mapping[str, Any]) -> str:
     """One of the item pages' templates, autoescaped, with the ``num`` and ``item_href`` helpers."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
+    from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 
     env = Environment(loader=PackageLoader("fieldeval.service", "templates"),
                       autoescape=select_autoescape(["html"], default_for_string=True, default=True))
-    env.filters["num"] = lambda value, digits=3: "-" if value is None else (
+    env.filters["num"] = lambda value, digits=3: "-" if value is None or isinstance(value, Undefined) else (
         str(value) if isinstance(value, (bool, str)) else f"{value:.{digits}f}")
     env.globals["item_href"] = item_href
     return env.get_template(template).render(**context)
