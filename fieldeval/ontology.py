@@ -207,9 +207,11 @@ def _save_obsolete(selector: str, found: list[str]) -> None:
 
 
 def _read(path: Path) -> OntologyIndex | None:
+    """The cached index, or None when there is none or it cannot be read as one (it is then built again)."""
     try:
         with open(path, "rb") as handle:
             index = pickle.load(handle)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError):
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError, TypeError, KeyError, IndexError,
+            ImportError, UnicodeDecodeError, MemoryError, RecursionError):  # damaged: every way a pickle breaks
         return None
     return index if isinstance(index, OntologyIndex) else None

@@ -231,14 +231,14 @@ def test_the_text_report_names_each_dimension_and_its_statistics(tmp_path, capsy
     assert "kappa (quadratic)" in out and "alpha (ordinal)" in out and "base rate" in out
 
 
-def test_an_undefined_kappa_prints_a_dash_and_one_note(tmp_path, capsys):
+def test_an_undefined_kappa_prints_not_defined_and_one_note(tmp_path, capsys):
     lines = []
     for item in ITEMS[:3]:
         grades = dict(zip(DIMENSIONS, score_reference("", item.references.model_dump()).values))  # all 0
         lines.append({"item_id": item.id, "response": "", "grades": grades})
     code, out, _ = _run(capsys, "ibf", _write(tmp_path, lines), "--resamples", "50")
     assert code == 0
-    assert "kappa (quadratic)  -" in out
+    assert "kappa (quadratic)  not defined" in out and "alpha (ordinal)    not defined" in out
     assert sum("kappa and alpha not defined" in line for line in out.splitlines()) == len(DIMENSIONS)
     code, out, err = _run(capsys, "ibf", _write(tmp_path, lines), "--json", "--resamples", "50")
     assert json.loads(out)["dimensions"]["hazard_recognition"]["kappa"] == {"value": None, "ci95": [None, None]}

@@ -93,3 +93,20 @@ def test_gate_on_a_benchmark_that_scored_nothing_says_so(project):
     result.stdout.fnmatch_lines(["FAILED gate ebs.ontology_score for fake-ebs: ebs scored no items for fake-ebs*"])
     assert "is below the threshold" not in result.stdout.str()
     assert report["evals"]["gates"][0]["passed"] is False
+
+
+@pytest.mark.parametrize("damage", [b"\x80\x6e", b"", bytes(range(256)) * 8, b"\x80\x04\x95\x10\x00\x00\x00"])
+def test_a_damaged_ontology_index_is_built_again(tmp_path, monkeypatch, damage):
+    # "unsupported pickle protocol" (a ValueError) ended every session in an INTERNALERROR until deleted by hand
+    from fieldeval import ontology
+    from tests.conftest import TINY_SELECTOR
+
+    monkeypatch.setenv("FIELDEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(ontology, "_loaded", {})
+    built = ontology.load_index(TINY_SELECTOR)
+    [path] = (tmp_path / "cache" / "index").glob("*.pickle")
+    path.write_bytes(damage)
+    monkeypatch.setattr(ontology, "_loaded", {})
+    again = ontology.load_index(TINY_SELECTOR)
+    assert again.label("ENVO:01000174") == built.label("ENVO:01000174") == "forest biome"
+    assert ontology._read(path) is not None  # rebuilt on disk too

@@ -296,3 +296,40 @@ def test_a_disk_that_fills_up_under_a_solver_is_a_full_disk_not_a_crash_of_the_s
 
     with pytest.raises(SolverCrash, match="KeyError"):
         _result(*_outcome(bug))
+
+
+class _FullDisk:
+    """A connection on a full disk: every write fails, and so does the rollback after it."""
+
+    in_transaction = True
+
+    def __init__(self, real):
+        self.real = real
+
+    def execute(self, sql, *args):
+        if sql.startswith(("INSERT", "UPDATE", "DELETE")):
+            raise sqlite3.OperationalError("disk I/O error")
+        if sql == "ROLLBACK":
+            raise sqlite3.OperationalError("cannot rollback - no transaction is active")
+        return self.real.execute(sql, *args)
+
+    def executemany(self, *args):
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_full_disk_is_not_hidden_behind_a_failed_rollback(tmp_path):
+    # the session's board and the batch ledger raised the ROLLBACK's error: an INTERNALERROR that hid "disk I/O error"
+    from fieldeval.calls.batches.ledger import BatchLedger
+    from fieldeval.calls.pool import Board
+    from fieldeval.run.writable import out_of_space
+
+    board = Board(tmp_path / "board.sqlite")
+    full = _FullDisk(board._connection())
+    board._connection = lambda: full
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error") as caught:
+        board.plan(["a", "b"])
+    assert out_of_space(caught.value)
+    ledger = BatchLedger(tmp_path / "cache.sqlite")
+    ledger._db = _FullDisk(ledger._db)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        ledger.intend("d" * 64, "openai", "m", "http://x", ["k"])

@@ -112,6 +112,20 @@ def test_empty_suite_is_a_usage_error(tmp_path):
         load_suite(path)
 
 
+@pytest.mark.parametrize(("case", "named"), [
+    ("{input: 'q', ideal: 'forest biome [ENVO:01000174]', tags: [[soil_data, x]]}", "tags[0]"),
+    ("{input: ['q'], ideal: 'forest biome [ENVO:01000174]', tags: [soil_data]}", "input must be text, not list"),
+    ("{input: 'q', ideal: 7, tags: [soil_data]}", "ideal must be text, not int"),
+])
+def test_a_suite_with_malformed_cases_is_not_an_llm_matrix_suite(tmp_path, case, named):
+    # tags that are nested lists gave an INTERNALERROR
+    path = tmp_path / "suite.yaml"
+    path.write_text(f"name: s\ntemplates: {{t: {{system: s, prompt: '{{input}}'}}}}\ncases: [{case}]\n")
+    with pytest.raises(UsageError, match=r"not an llm-matrix suite \(TypeError: case 0: ") as error:
+        load_suite(path)
+    assert named in str(error.value)
+
+
 @pytest.mark.parametrize("option", ["--ebs-suite", "--prices", "--enum-dir-file"])
 def test_a_binary_option_file_ends_the_session_in_one_line(pytester, option):
     project = make_project(pytester)

@@ -34,6 +34,7 @@ one of its own items waits for it; every other result is read from the board.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pickle
@@ -160,7 +161,9 @@ class Board:
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite may have rolled back already (a full disk): the first error stands
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
 

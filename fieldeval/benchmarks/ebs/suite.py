@@ -226,6 +226,10 @@ def _parse_suite(path: Path) -> tuple[str, str, list[EbsCase], dict | None]:
             tags = raw.get("tags") or []
             template_name = (original.get("sampleData") or (tags[0] if tags else "")
                              or _template_from_prompt(raw["input"]))
+            for field, value in (("tags[0] or original_input.sampleData", template_name), ("input", raw["input"]),
+                                 ("ideal", raw["ideal"])):
+                if not isinstance(value, str):
+                    raise TypeError(f"case {number}: {field} must be text, not {type(value).__name__}")
             stratum = re.sub(r"\s*\[.*\]\s*$", "", raw["ideal"]).lstrip("_")
             cases.append(EbsCase(f"case{number:03d}", stratum, template_name, raw["input"], raw["ideal"],
                                  study_of(raw)))

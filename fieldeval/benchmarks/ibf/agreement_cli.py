@@ -103,7 +103,7 @@ def format_agreement(payload: Mapping, *, n_lines: int) -> list[str]:
     def stat(entry: Mapping, digits: int = 2) -> str:
         value, (low, high) = entry["value"], entry["ci95"]
         if value is None:
-            return "-"
+            return "not defined"
         ci = "ci95 -" if low is None else f"ci95 {low:.{digits}f} to {high:.{digits}f}"
         return f"{value:.{digits}f} ({ci})"
 

@@ -128,27 +128,34 @@ class BatchLedger:
         """A created batch and its requests, committed before anything waits on it."""
         self._insert(batch_id, provider, model, base_url, list(keys), state="submitted", digest=digest)
 
-    def _insert(self, batch_id: str, provider: str, model: str, base_url: str, keys: list[str], *, state: str,
-                digest: str | None) -> None:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed when the block ends, rolled back when it raises (a rollback that
+        fails too, as on a full disk where SQLite has rolled back already, never hides the first error)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            yield db
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _insert(self, batch_id: str, provider: str, model: str, base_url: str, keys: list[str], *, state: str,
+                digest: str | None) -> None:
+        with self._transaction() as db:
             db.execute("INSERT INTO batches (id, provider, model, base_url, state, requests, submitted_at, digest) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (batch_id, provider, model, base_url, state, len(keys), _now(), digest))
             db.executemany("INSERT OR IGNORE INTO batch_requests (batch_id, key) VALUES (?, ?)",
                            ((batch_id, key) for key in keys))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def confirm(self, intent_id: str, batch_id: str) -> None:
         """The intent's batch was created (or found) as ``batch_id``: one transaction turns the one into the other
         (when the ledger already holds ``batch_id``, the intent is merged into it)."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             if db.execute("SELECT 1 FROM batches WHERE id = ?", (batch_id,)).fetchone():
                 db.execute("UPDATE OR IGNORE batch_requests SET batch_id = ? WHERE batch_id = ?", (batch_id, intent_id))
                 db.execute("DELETE FROM batch_requests WHERE batch_id = ?", (intent_id,))
@@ -157,22 +164,12 @@ class BatchLedger:
                 db.execute("UPDATE batches SET id = ?, state = 'submitted', submitted_at = ? WHERE id = ?",
                            (batch_id, _now(), intent_id))
                 db.execute("UPDATE batch_requests SET batch_id = ? WHERE batch_id = ?", (batch_id, intent_id))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def drop(self, intent_id: str) -> None:
         """Remove an intent whose batch was never created (the provider refused it, or lists none)."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as db:
             db.execute("DELETE FROM batch_requests WHERE batch_id = ?", (intent_id,))
             db.execute("DELETE FROM batches WHERE id = ? AND state = ?", (intent_id, CREATING))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def mark(self, batch_id: str, state: str, *, collected: bool = False) -> None:
         self._db.execute("UPDATE batches SET state = ?, collected = MAX(collected, ?) WHERE id = ?",
