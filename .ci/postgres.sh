@@ -40,6 +40,8 @@ DO $$ BEGIN
     CREATE ROLE fieldeval LOGIN PASSWORD 'fieldeval' CREATEDB;
   END IF;
 END $$;
+-- the store tests make a read-only role of their own (tests/test_upgrades.py)
+ALTER ROLE fieldeval CREATEROLE;
 SQL
 if ! as_postgres psql -p "$PORT" -qtA -c "SELECT 1 FROM pg_database WHERE datname = 'fieldeval'" | grep -q 1; then
     as_postgres createdb -p "$PORT" -O fieldeval fieldeval

@@ -180,7 +180,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     eval_items = [item for item in session.items if collect.tag(item) is not None]
     state.eval_items = len(eval_items)
     if not is_xdist_worker(session.config):
-        state.plan([collect.tag(item) for item in eval_items])
+        state.plan([collect.tag(item) for item in eval_items], [item.nodeid for item in eval_items])
         state.announce()
     if len(eval_items) > state.trim_limit:
         lighten_json_report(session.config)

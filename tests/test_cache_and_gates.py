@@ -248,3 +248,14 @@ def test_the_report_and_runs_show_give_one_run_the_same_totals_and_the_store_kee
         assert reported[key] == shown[key], key
     (kept,) = sqlite3.connect(store).execute("SELECT totals FROM evaluations").fetchone()
     assert json.loads(kept)["fake-ebs"]["est_cost_usd"] == pytest.approx(cost, rel=1e-12)  # full precision
+
+
+def test_thresholds_of_a_misspelled_model_are_said_not_silently_skipped(project):
+    # [tool.fieldeval.thresholds."fake-ebz"]: no gate ran and the session passed without a word
+    project.makepyprojecttoml("[tool.fieldeval.thresholds.\"fake-ebz\"]\n'ebs.parse_success' = 0.9\n"
+                              "[tool.fieldeval.thresholds.\"ebs-baseline\"]\n'ebs.parse_success' = 0.9\n")
+    result, report = run(project, "-k", "case000")
+    assert report["evals"]["unmatched_thresholds"] == [
+        {"model": "fake-ebz", "gates": ["ebs.parse_success"], "models_run": ["fake-ebs"]}]  # not the baseline's
+    lines = [line for line in result.stdout.str().splitlines() if "were not checked" in line]
+    assert len(lines) == 1 and "'fake-ebz'" in lines[0] and "this run's models: fake-ebs" in lines[0]

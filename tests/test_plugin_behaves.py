@@ -65,10 +65,11 @@ def test_a_missing_test_in_an_existing_file_is_left_to_pytest(project):
 
 
 def test_the_errors_gate_line_says_how_many_items_errored_and_how_many_are_allowed():
-    gate, = error_gates({"ebs": {"m": {"planned": 100, "scored": 97}}}, "partial", None)
+    gate, = error_gates({"ebs": {"m": {"planned": 100, "scored": 97}}}, "partial", None, "run_0000abcd")
     assert gate_line(gate) == ("FAILED gate errors: the run is partial: 3 of 100 planned items errored or missing "
                                "(at most 0 allowed; pass --max-errors 3 to let the gates judge the scored items, "
-                               "or run the rest with --resume RUN_ID)")
+                               "or run the rest with `pytest evals/test_ebs.py --resume run_0000abcd` (it runs "
+                               "only the run's own items))")
     gate, = error_gates({"ebs": {"m": {"planned": 100, "scored": 97}}}, "partial", 2)
     assert "(at most 2 allowed;" in gate_line(gate)
 

@@ -125,3 +125,23 @@ def test_a_replacement_that_fails_leaves_the_old_run_standing(store_url):
             store.save_flat(flatten_run(*ebs_run("run_00000001", {"m": 0.9}), {}, store.columns),
                             ebs_run("run_00000001", {"m": 0.9})[1], {}, replaces="run_00000001", lease="me:2")
         assert json.dumps(store.get_run("run_00000001")["metrics"]).count("0.5") >= 1
+
+
+@pytest.mark.parametrize("again", [(), ("-k", "case000 or case001 or case002 or case003 or case004 or case005")])
+def test_resume_completes_the_runs_own_plan_and_keeps_its_created_at(project, again):  # noqa: F811
+    # with the same -k the run grew to the whole module and stayed interrupted; without one (as the failure
+    # line advised) a 3-item run grew to every item of the module; either way created_at changed
+    selected = ("-k", "case000 or case001 or case002 or case003 or case004 or case005")
+    (project.path / "fail-Maine").touch()
+    first = _pytest(project, *ARGS, *selected, "--run-id", "run_part")
+    assert first.returncode == 1, first.stdout + first.stderr
+    before = _run(project, "run_part")
+    assert (before["status"], before["items_planned"]) == ("partial", 6)
+    (project.path / "fail-Maine").unlink()
+    (project.path / "calls.log").unlink()
+    resumed = _pytest(project, *ARGS, *again, "--resume", "run_part")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = _run(project, "run_part")
+    assert (after["status"], after["items_planned"], after["items_done"]) == ("completed", 6, 6)
+    assert after["created_at"] == before["created_at"]
+    assert all(place == "Maine" for place in _calls(project)) and _calls(project)  # only its errored items ran

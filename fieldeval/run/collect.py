@@ -12,6 +12,7 @@ from fieldeval.calls.cells import Combination, model_of
 from fieldeval.defaults import CASE_KEY, EPOCH_KEY, ERROR_KEY, MARKER, ROW_KEY
 from fieldeval.errors import UsageError, exit_on_usage_error
 from fieldeval.run.markers import eval_marker
+from fieldeval.run.resume import plan_tail, resumed_plan
 
 if TYPE_CHECKING:
     from fieldeval.run.session import EvalSession
@@ -87,6 +88,10 @@ def deselect(config: pytest.Config, state: EvalSession, items: list[pytest.Item]
         _drop(config, items, lambda item, found: model_of(item.callspec.params["model"]) != model)
     if state.resumed is None or not state.selected:
         return
+    plan = resumed_plan(state.resumed_settings)
+    if plan is not None:  # the run's own plan, whatever this command's -k: no item it did not plan
+        wanted = {plan_tail(node_id) for node_id in plan}
+        _drop(config, items, lambda item, found: plan_tail(item.nodeid) not in wanted)
     done = state.resumed.scored_items()
 
     def scored(item: pytest.Item, found: tuple[str, Any]) -> bool:

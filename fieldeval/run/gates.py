@@ -80,8 +80,9 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
     return results
 
 
-def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
-    """A failed ``errors`` gate for a partial run (some planned items errored) unless ``max_errors`` allows it."""
+def error_gates(out: dict, status: str, max_errors: int | None, run_id: str | None = None) -> list[dict]:
+    """A failed ``errors`` gate for a partial run (some planned items errored) unless ``max_errors`` allows it;
+    its advice names the command that completes the run's own plan (``run_id``: the run's id)."""
     if status != "partial":
         return []
     planned = errors = 0
@@ -93,8 +94,9 @@ def error_gates(out: dict, status: str, max_errors: int | None) -> list[dict]:
     if max_errors is not None and errors <= max_errors:
         return []
     allowed = max_errors or 0
+    modules = " ".join(f"evals/test_{name}.py" for name in sorted(out)) or "evals"
     fix = (f"pass --max-errors {errors} to let the gates judge the scored items, or run the rest with "
-           "--resume RUN_ID")
+           f"`pytest {modules} --resume {run_id or 'RUN_ID'}` (it runs only the run's own items)")
     return [{"metric": "errors", "model": "-", "gate_on": "count", "value": errors, "planned": planned,
              "threshold": allowed, "passed": False,
              "reason": f"the run is partial: {errors} of {planned} planned items errored or missing "

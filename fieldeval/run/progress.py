@@ -101,8 +101,9 @@ class Progress:
 
 
 def keys_from_ids(ids: Sequence[str], module_benchmarks: Mapping[str, tuple[str, ...]],
-                  models_for: Callable[[str], list]) -> list[Key]:
-    """(benchmark, model) of each eval item among xdist's collected node ids (``<eval module>::...-<model>]``)."""
+                  models_for: Callable[[str], list], matched: list[str] | None = None) -> list[Key]:
+    """(benchmark, model) of each eval item among xdist's collected node ids (``<eval module>::...-<model>]``);
+    ``matched``, when given, receives the node id of each."""
     from fieldeval.calls.cells import test_id_of
 
     keys = []
@@ -118,6 +119,8 @@ def keys_from_ids(ids: Sequence[str], module_benchmarks: Mapping[str, tuple[str,
                          or tail.endswith(f"[{test_id_of(m)}")), key=lambda m: len(test_id_of(m)), default=None)
             if model is not None:
                 keys.append((bench, model))
+                if matched is not None:
+                    matched.append(nodeid)
                 break
     return keys
 

@@ -46,6 +46,7 @@ def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[st
     ran = sorted({*selection.selected, *out})
     verdicts = gate_results(gates, out, on=options.gate_on, interval=options.gate_interval, ran=ran,
                             model_ids=gated_models(out, selection))
+    unmatched = unmatched_gates(gates, out, ran)
     facts = run_facts(rows, selection)
     payload: dict[str, Any] = {
         "run_id": run_id,
@@ -58,6 +59,8 @@ def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[st
         "gates": verdicts,
         "status": status,
     }
+    if unmatched:
+        payload["unmatched_thresholds"] = unmatched
     if options.cluster_by != "benchmark":
         payload["cluster_by"] = options.cluster_by
     ranking = rankings(out, rows, options)
@@ -68,7 +71,7 @@ def build_payload(*, run_id: str, started_at: str, status: str, rows: Mapping[st
         payload["scoring"] = scoring
     payload["audit"] = run_audit(ran, selection.benchmark, selection.context)
     if status != "running":  # judged once the session ends: errored items, then the baseline run
-        verdicts += error_gates(out, status, options.max_errors)
+        verdicts += error_gates(out, status, options.max_errors, run_id)
         if options.baseline_run and out:
             payload["baseline"] = _compared(run_id, rows, baseline_rows, options)
             verdicts += regression_gates(payload["baseline"]["differences"], tolerance=options.regression_tolerance,
@@ -99,6 +102,33 @@ def _compared(run_id: str, rows: Mapping[str, list[dict]], baseline_rows: Callab
                                seed=options.seed, resamples=options.resamples, cluster_by=options.cluster_by,
                                tolerance=options.regression_tolerance)
     return {"run": options.baseline_run, "differences": diffs, "notes": notes}
+
+
+def unmatched_gates(gates: Sequence[Gate], out: Mapping[str, Mapping[str, Any]], ran: Sequence[str]) -> list[dict]:
+    """The thresholds of a benchmark this run scored whose model neither ran nor is any llm model's name (a
+    misspelling, most likely, which would otherwise leave its gate silently unchecked): ``{"model", "gates",
+    "models_run"}`` each. A threshold of a known model that did not run (a baseline's floor) is not one."""
+    ran_models = sorted({model for name in ran for model in out.get(name, {})})
+    named = {gate.model for gate in gates if gate.model is not None and gate.bench in ran}
+    unknown = named - set(ran_models)
+    if not unknown:
+        return []
+    known = set(model_ids(unknown)) | {name for name in unknown if _is_model(name)}
+    found = []
+    for name in sorted(unknown - known):
+        metrics = sorted(f"{g.bench}.{g.metric}" for g in gates if g.model == name and g.bench in ran)
+        found.append({"model": name, "gates": metrics, "models_run": ran_models})
+    return found
+
+
+def _is_model(name: str) -> bool:
+    import llm
+
+    try:
+        llm.get_model(name)
+    except llm.UnknownModelError:
+        return False
+    return True
 
 
 def gated_models(out: Mapping[str, Mapping[str, Any]], selection: Selection) -> dict[str, str]:
@@ -159,7 +189,8 @@ def item_counts(payload: Mapping[str, Any], progress: Progress, epochs_of: Calla
 
 
 def stored_meta(payload: Mapping[str, Any], *, selection: Selection, options: EngineOptions, status: str,
-                progress: Progress, intake: Intake, completed_at: str, git_commit: str | None) -> dict[str, Any]:
+                progress: Progress, intake: Intake, completed_at: str, git_commit: str | None,
+                plan_ids: list[str] | None = None) -> dict[str, Any]:
     """What the store keeps of a run beside its payload and rows: label, corpus versions and hashes, commit,
     status, times, its run group and settings (:func:`~fieldeval.run.shards.run_group_meta`), its item counts and
     errored items."""
@@ -173,7 +204,7 @@ def stored_meta(payload: Mapping[str, Any], *, selection: Selection, options: En
         "git_commit": git_commit,
         "status": status,
         "completed_at": completed_at,
-        **run_group_meta(selection, payload.get("ontology_version")),
+        **run_group_meta(selection, payload.get("ontology_version"), plan_ids),
         **item_counts(payload, progress, selection.epochs_of),
         "errors": intake.failed_items,
     }

@@ -23,6 +23,19 @@ from fieldeval.run.options import EngineOptions
 RESUMED_OPTIONS = ("models", "matrix", "temperatures", "epochs", "seed", "resamples", "cluster_by", "fail_under",
                    "gate_on", "gate_interval", "run_label")
 WORKER_KEY = "fieldeval_resumed"  # xdist workerinput: the controller's resolved options, as JSON
+PLAN_LIMIT = 50_000  # a run of more planned items keeps no plan: resuming it completes its whole suite
+
+
+def resumed_plan(settings: Mapping[str, Any] | None) -> list[str] | None:
+    """The node ids of the eval items a stored run planned (``settings["resume"]["plan"]``), or None for a run
+    that kept none (stored by an older fieldeval, or over :data:`PLAN_LIMIT` items)."""
+    plan = ((settings or {}).get("resume") or {}).get("plan")
+    return list(plan) if isinstance(plan, list) else None
+
+
+def plan_tail(node_id: str) -> str:
+    """A node id without its module's path (``test_ebs[forest_biome-case009-m]``): the same from any rootdir."""
+    return node_id.split("::", 1)[-1]
 
 
 class RunComplete(Exception):
@@ -136,5 +149,5 @@ def _show(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-__all__ = ["RESUMED_OPTIONS", "RunComplete", "WORKER_KEY", "check_inputs", "from_worker", "holder", "resolve",
+__all__ = ["PLAN_LIMIT", "RESUMED_OPTIONS", "RunComplete", "WORKER_KEY", "plan_tail", "resumed_plan", "check_inputs", "from_worker", "holder", "resolve",
            "resume_settings", "to_worker"]

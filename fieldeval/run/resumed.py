@@ -59,6 +59,19 @@ class ResumedRun:
         except Exception:  # noqa: BLE001  (a lease left behind by a dead process is taken over by the next resume)
             pass
 
+    def created_at(self) -> str | None:
+        """When the run was first started (its ``created_at``): a resumed run keeps it."""
+        import sqlalchemy as sa
+
+        from fieldeval.store import declared_columns, open_store
+        from fieldeval.store.schema import iso
+
+        with open_store(self.url, columns=declared_columns()) as store:
+            table = store.tables.evaluations
+            with store.engine.connect() as conn:
+                value = conn.execute(sa.select(table.c.created_at).where(table.c.run_id == self.run_id)).scalar()
+        return None if value is None else iso(value)
+
     def rows(self) -> dict[str, list[dict]]:
         """The run's scored rows by benchmark, of the selected benchmarks (read once)."""
         if self._rows is None:

@@ -18,6 +18,7 @@ import os
 import secrets
 import sys
 import time
+from collections import Counter
 from concurrent.futures import Future
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +34,7 @@ from fieldeval.run.memory import keeps_passed_reports
 from fieldeval.run.options import EngineOptions
 from fieldeval.run.progress import Progress, ProgressDisplay, keys_from_ids
 from fieldeval.run.report import build_payload, run_status
+from fieldeval.run.resume import resumed_plan
 from fieldeval.run.runfiles import trim_limit
 from fieldeval.run.saver import RunSaver
 from fieldeval.run.selection import Selection
@@ -66,6 +68,7 @@ class EvalSession:
         self.disk_full: str | None = None  # the one line, once the disk filled up mid-run
         self.pytest_session: pytest.Session | None = None
         self.resumed_settings: dict[str, Any] | None = None  # --resume: the stored run's settings
+        self.plan_ids: list[str] | None = None  # the node ids of the run's planned eval items (its first session's)
         self.module_benchmarks: dict[str, tuple[str, ...]] = {}  # eval modules (as node ids begin) -> benchmarks
         self.progress = Progress(epochs_of=self.selection.epochs_of, concurrency=client.concurrency)
         self.display = ProgressDisplay(config, self.progress, options.progress_file, self.stop_for_full_disk)
@@ -129,6 +132,7 @@ class EvalSession:
             check_stored_runs(url, [("--baseline-run", options.baseline_run), ("--resume", options.resume)])
             if self.resumed is not None:
                 self.resumed.take_lease()
+                self.started_at = self.resumed.created_at() or self.started_at  # the run keeps its start
                 for bench, rows in self.resumed.rows().items():  # the report covers every item of the run
                     self.intake.add_rows(bench, rows)
         if collecting:
@@ -162,26 +166,37 @@ class EvalSession:
         for line in [*self.selection.notices, *exit_on_usage_error(lambda: sampling_notices(models))]:
             self.display.say(line, yellow=True)
 
-    def plan(self, keys: list[tuple[str, str] | None]) -> None:
-        """Planned items per (benchmark, model), from the collected items and the resumed run's scored ones."""
+    def plan(self, keys: list[tuple[str, str] | None], node_ids: list[str] | None = None) -> None:
+        """Planned items per (benchmark, model), from the collected items and the resumed run's scored ones;
+        ``node_ids``: the collected eval items' node ids (the run's plan, kept for ``--resume``)."""
         stored = self.resumed.rows() if self.resumed is not None else {}
         resumed = [(bench, str(row["model"])) for bench, rows in stored.items() for row in rows]
         self.progress.plan([k for k in keys if k is not None] + resumed)
         for key in resumed:  # scored in the run being resumed
             self.progress.done[key] += 1
-        if self.resumed_settings:  # a resumed run is complete only once every item its session planned is scored
+        stored_plan = resumed_plan(self.resumed_settings)
+        if stored_plan is not None:  # the run's own plan: every item its first session planned, no more
+            self.plan_ids = stored_plan
+            wanted = Counter(keys_from_ids(stored_plan, self.module_benchmarks, self.selection.models_for))
+            for key, count in wanted.items():
+                if key[0] in self.selected and self.progress.planned[key] < count:
+                    self.progress.planned[key] = count
+        elif self.resumed_settings:  # a run stored before its plan was: complete once every case of its suite is
             from fieldeval.store.groups import planned_items
 
             for key, cases in planned_items(self.resumed_settings).items():
                 if key[0] in self.selected and self.progress.planned[key] < len(cases):
                     self.progress.planned[key] = len(cases)
+        else:
+            self.plan_ids = node_ids
         self.eval_items = max(self.eval_items, sum(self.progress.planned.values()))
         self.trim_limit = trim_limit()
         self.display.write()
 
     def plan_from_ids(self, ids: list[str]) -> None:
         """Planned items from xdist's collected node ids."""
-        self.plan(keys_from_ids(ids, self.module_benchmarks, self.selection.models_for))
+        matched: list[str] = []
+        self.plan(keys_from_ids(ids, self.module_benchmarks, self.selection.models_for, matched), matched)
 
     def take_report(self, report: pytest.TestReport) -> None:
         """Take an item's report (controller, while the run's rows are open)."""
@@ -277,7 +292,7 @@ class EvalSession:
             meta = stored_meta(self.payload(), selection=self.selection, options=self.options, status=status,
                                progress=self.progress, intake=self.intake,
                                completed_at=self.saver.completed_at or _now(),
-                               git_commit=_git_commit(self.config.rootpath))
+                               git_commit=_git_commit(self.config.rootpath), plan_ids=self.plan_ids)
             rows = {name: self.intake.sorted_rows(name) for name in self.intake.rows()}
         except BaseException:
             self.saver.abandon()

@@ -77,17 +77,19 @@ def run_settings(session: RunFacts, ontology_version: Any) -> dict[str, Any]:
     return settings
 
 
-def run_group_meta(session: RunFacts, ontology_version: Any) -> dict[str, Any]:
-    """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings."""
+def run_group_meta(session: RunFacts, ontology_version: Any, plan_ids: list[str] | None = None) -> dict[str, Any]:
+    """The store's run-group fields of a session: ``run_group``, ``shard_index``, ``shard_count``, settings (with
+    ``plan_ids``, the node ids of the run's planned eval items, which ``--resume`` completes and no more)."""
     index, count = shard_of(session.config)
     if session.options.matrix_job is not None:  # one job per model of the matrix
         index, count = session.options.matrix_job, len(session.matrix_models())
-    from fieldeval.run.resume import resume_settings
+    from fieldeval.run.resume import PLAN_LIMIT, resume_settings
 
     settings = run_settings(session, ontology_version)
     fingerprint = settings_hash(settings)  # a shard's label or --resume options never keep it from its group
     settings["resume"] = resume_settings(session.options, {name: session.bench_options[name]
                                                            for name in session.selected})
+    settings["resume"]["plan"] = list(plan_ids) if plan_ids is not None and len(plan_ids) <= PLAN_LIMIT else None
     return {"run_group": session.options.run_group or os.environ.get(RUN_GROUP_ENV) or None,
             "shard_index": index, "shard_count": count, "settings": settings, "settings_hash": fingerprint}
 

@@ -233,6 +233,19 @@ def render_markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def unmatched_line(entry: dict) -> str:
+    """The line for thresholds whose model no run has and no llm model answers to.
+
+    Example:
+        >>> line = unmatched_line({"model": "gpt-4o-mni", "gates": ["ibf.mdS"], "models_run": ["gpt-4o-mini"]})
+        >>> line.startswith("thresholds of 'gpt-4o-mni' (ibf.mdS) were not checked: no model")
+        True
+    """
+    return (f"thresholds of {entry['model']!r} ({', '.join(entry['gates'])}) were not checked: no model of this run "
+            f"nor any llm model answers to that name (this run's models: {', '.join(entry['models_run']) or 'none'}); "
+            f'fix the name of [tool.fieldeval.thresholds."{entry["model"]}"]')
+
+
 def terminal_lines(payload: dict, error_lines: list[str]) -> list[tuple[str, dict[str, bool]]]:
     """What the terminal shows at a run's end, each line with its markup: the headline tables, the epochs' lines,
     every gate (passed ones too, so a reader sees what was checked), the gold data's findings, the errors."""
@@ -242,5 +255,6 @@ def terminal_lines(payload: dict, error_lines: list[str]) -> list[tuple[str, dic
     lines: list[tuple[str, dict[str, bool]]] = [(line, {}) for line in render_summary(payload).splitlines()]
     lines += [(line, {}) for line in epoch_lines(payload)]
     lines += [(gate_line(gate), {"red": not gate["passed"], "green": gate["passed"]}) for gate in payload["gates"]]
+    lines += [(unmatched_line(entry), {"yellow": True}) for entry in payload.get("unmatched_thresholds", [])]
     lines += [(line, {"yellow": True}) for line in audit_lines(payload.get("audit", {}))]
     return lines + [(line, {"red": True}) for line in error_lines]

@@ -110,8 +110,11 @@ class JobTable:
     """The ``service_jobs`` table on the store's engine."""
 
     def __init__(self, engine: Engine) -> None:
+        from fieldeval.store.url import database_errors
+
         self.engine = engine
-        metadata.create_all(engine, checkfirst=True)
+        with database_errors(engine.url.render_as_string(hide_password=True)):  # a read-only role: one line
+            metadata.create_all(engine, checkfirst=True)
 
     def add(self, **values: Any) -> Job:
         """Insert a queued job."""

@@ -60,7 +60,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     for run in runs:
         corpus = _versions(run.corpus_versions) + (" (legacy)" if run.legacy else "")
         table.add_row(escape(run.run_id), run.created_at, escape(run.label or "-"), escape(", ".join(run.benchmarks)),
-                      escape(", ".join(run.models)), corpus, escape(run.status), _items(run))
+                      escape(", ".join(run.models)), corpus,
+                      escape(run.status + (" (unverified)" if run.unverified else "")), _items(run))
     make_console().print(table, crop=False)  # run ids whole even where the table cannot fit
     for line in kept:
         print(line)
@@ -232,7 +233,7 @@ def _runs_push(args: argparse.Namespace) -> int:
                          "itself; wait for it to end, then see `fieldeval runs list` before pushing")
     run = read_unstored(path)
     with command_store(args, create=True) as store:
-        stored_id = push(run, store, as_id=args.as_id)
+        stored_id = push(run, store, as_id=args.as_id, unverified=args.unverified)
     count = sum(len(rows) for rows in run.rows.values())
     print(f"stored {stored_id} ({count} responses) in {store.url}")
     return 0
@@ -331,6 +332,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     r_push = runs_sub.add_parser("push", help="store a run its session kept because the store could not take it")
     r_push.add_argument("run_id", metavar="RUN_OR_FILE",
                         help="the run id its session printed, or the path of its unstored.json")
+    r_push.add_argument("--unverified", action="store_true",
+                        help="store a run kept by an older fieldeval, which wrote no digests to check it by; "
+                             "it is marked unverified in the store and in runs list")
     r_push.add_argument("--as", dest="as_id", metavar="NEW_ID",
                         help="store it under this run id (when the store holds another run of its id)")
     r_push.add_argument("--reports-dir", metavar="DIR", default="reports",

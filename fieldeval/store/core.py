@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class Store(ModelRegistry, RunStore, Compare):
         self.url = url or engine.url.render_as_string(hide_password=True)
         self.columns = dict(columns or {})
         self.tables = schema.GENERIC
+        self.found_schema = 0  # the store's schema version when opened (set by migrate)
 
     def __enter__(self) -> Store:
         return self
@@ -54,9 +56,20 @@ class Store(ModelRegistry, RunStore, Compare):
         return tuple(run), tuple(response)
 
     def migrate(self) -> list[int]:
-        """Apply the missing steps of ``MIGRATIONS`` and add missing declared columns; returns the versions applied."""
-        applied, self.tables = schema.migrate(self.engine, *self._declared())
+        """Apply the missing steps of ``MIGRATIONS`` and add missing declared columns; returns the versions applied.
+        Sets :attr:`found_schema` (the store's version before, 0 for a new store)."""
+        found: list[int] = []
+        applied, self.tables = schema.migrate(self.engine, *self._declared(), found=found)
+        self.found_schema = max(found, default=0)
         return applied
+
+    def require_writable(self) -> None:
+        """A usage error when a newer fieldeval has migrated the store past what this one knows: its writes could
+        break the newer one's records."""
+        if self.found_schema > schema.SCHEMA_VERSION:
+            raise UsageError(f"--store {self.url!r}: a newer fieldeval upgraded this store (schema "
+                             f"{self.found_schema}; this fieldeval writes schema {schema.SCHEMA_VERSION}), so this one "
+                             "only reads it; upgrade fieldeval (pip install -U fieldeval) to write to it")
 
     def schema_versions(self) -> list[int]:
         """The migration versions recorded in ``schema_version``, in order."""
@@ -120,10 +133,19 @@ def open_store(url: str | None = None, columns: Mapping[str, StoreColumns] | Non
         if not create:
             require_store(parsed, engine)
         with database_errors(parsed.render_as_string(hide_password=True)):
-            store.migrate()
+            applied = store.migrate()
     except UsageError:
         engine.dispose()
         raise
+    if create:
+        try:
+            store.require_writable()  # a writer learns it before spending anything
+        except UsageError:
+            engine.dispose()
+            raise
+    if applied and store.found_schema:  # an existing store upgraded: said once, as it happens
+        sys.stderr.write(f"fieldeval: upgraded the store {store.url} from schema {store.found_schema} to "
+                         f"{schema.SCHEMA_VERSION}, once, for this version of fieldeval\n")
     return store
 
 

@@ -18,6 +18,7 @@ class RunLeases:
     def take_lease(self, run_id: str, holder: str) -> None:
         """Hold ``run_id`` for one resuming session (``holder``: host and process); a usage error while another
         live session holds it. A lease whose process on this host is gone is taken over."""
+        self.require_writable()
         t = self.tables.run_leases
         for _ in range(2):
             try:

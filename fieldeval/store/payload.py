@@ -380,6 +380,7 @@ def flatten_run(payload: Mapping[str, Any], rows_by_benchmark: Mapping[str, Sequ
         "items_planned": integer(meta.get("items_planned")),
         "items_done": integer(meta.get("items_done")),
         "items_errored": integer(meta.get("items_errored")),
+        "unverified": True if meta.get("unverified") else None,
         **_declared_run_values(bench_payload, columns),
     }
     return FlatRun(run_id, storable(run), storable(bench_rows), storable(_metric_rows(run_id, bench_payload)),

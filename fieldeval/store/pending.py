@@ -133,9 +133,10 @@ def find_unstored(reports_dir: Path, run_id: str) -> Path:
     return found[0]
 
 
-def verify(run: UnstoredRun) -> None:
+def verify(run: UnstoredRun, *, unverified: bool = False) -> None:
     """A usage error, naming the file, when a kept run is not what its session kept: a run id that breaks the rule,
-    rows or metrics whose digest disagrees, or metrics that its rows do not give."""
+    rows or metrics whose digest disagrees, or metrics that its rows do not give. ``unverified``: a run kept
+    without digests (by an older fieldeval) passes; one whose digests disagree still does not."""
     from fieldeval.run.options import RUN_ID
 
     where = run.path
@@ -144,8 +145,11 @@ def verify(run: UnstoredRun) -> None:
                          f"); push it under one with `fieldeval runs push {where} --as run_NEW`")
     digest = run.digest or {}
     if not digest.get("rows") or not digest.get("metrics"):
+        if unverified:
+            return
         raise UsageError(f"{where}: no digest of its rows and metrics (kept by an older fieldeval, or edited); "
-                         "it cannot be checked, so it is not stored: run the session again")
+                         "it cannot be checked, so it is not stored: push it with --unverified to store it "
+                         "marked as such, or run the session again")
     if run.rows_sha256 != digest["rows"]:
         raise UsageError(f"{where}: its rows are not the ones its session kept (digest {run.rows_sha256} against "
                          f"{digest['rows']}); it is not stored")
@@ -184,14 +188,16 @@ def renamed(run: UnstoredRun, run_id: str) -> UnstoredRun:
     return dataclasses.replace(run, run_id=run_id, payload={**run.payload, "run_id": run_id})
 
 
-def push(run: UnstoredRun, store: Any, *, as_id: str | None = None) -> str:
+def push(run: UnstoredRun, store: Any, *, as_id: str | None = None, unverified: bool = False) -> str:
     """Store a kept run in ``store`` (an open :class:`~fieldeval.store.Store`), checked first (:func:`verify`), and
     remove its file once the store has committed it; the run id stored.
 
     A run of that id the store already holds counts as pushed when it is this run (the same digests: a push cut
     off after its commit); any other is refused, and the file stays.
     """
-    verify(run)
+    verify(run, unverified=unverified)
+    if unverified and not (run.digest or {}).get("rows"):  # stored, and shown, as a run nothing checked
+        run = dataclasses.replace(run, meta={**run.meta, "unverified": True})
     original = run
     if as_id is not None:
         run = renamed(run, as_id)

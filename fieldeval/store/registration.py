@@ -126,6 +126,7 @@ class ModelRegistry:
         a :class:`ModelConflict` unless ``replace``, which points the existing record (same model_id)
         at the new endpoint and drops any older endpoints of that name.
         """
+        self.require_writable()
         name, endpoint = (name or "").strip(), (endpoint or "").strip()
         if not name:
             raise UsageError("models add NAME: the name is empty; pass the model name the endpoint serves")

@@ -31,6 +31,7 @@ class RunSummary:
         items_planned: items the session planned; None for runs stored before it was recorded.
         items_done: items that ran (errored ones included); None for older runs.
         items_errored: items that ended in an error; None for older runs.
+        unverified: pushed with ``runs push --unverified`` (kept by an older fieldeval, without digests).
         created_at: ISO 8601 UTC start time.
         completed_at: ISO 8601 UTC end time.
         legacy: True when a benchmark of the run used a superseded corpus version.
@@ -49,6 +50,7 @@ class RunSummary:
     items_planned: int | None = None
     items_done: int | None = None
     items_errored: int | None = None
+    unverified: bool = False  # pushed without the digests that check a kept run (runs push --unverified)
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""
@@ -135,6 +137,7 @@ class RunReads:
             created_at=iso(run.created_at), completed_at=iso(run.completed_at),
             legacy=any((b, v) in legacy for b, v in versions.get(run.run_id, {}).items()),
             items_planned=run.items_planned, items_done=run.items_done, items_errored=run.items_errored,
+            unverified=bool(getattr(run, "unverified", None)),
         ) for run in runs]
 
     def get_run(self, run_id: str) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class RunStore(RunReads, RunLeases):
             ...                {"label": "nightly", "corpus_version": {"ebs": "ebs-suite@3f2a"}})  # doctest: +SKIP
             'run_3b9e204a'
         """
+        self.require_writable()
         return self.save_flat(flatten_run(payload, rows_by_benchmark, meta or {}, self.columns), rows_by_benchmark,
                               meta, staged)
 
@@ -81,6 +82,7 @@ class RunStore(RunReads, RunLeases):
         :func:`~fieldeval.store.payload.flatten_run` with this store's columns), in one transaction. With
         ``replaces`` (a resumed run, under its own id), that run is deleted in the same transaction, which
         ``lease`` (its holder, :meth:`take_lease`) must still hold; the lease goes with it."""
+        self.require_writable()
         if (meta or {}).get("rows_from"):  # a merged run's responses are its shards' rows: nothing is copied
             staged = None
         staged = self._usable(staged, flat.run_id, {name: len(rows) for name, rows in rows_by_benchmark.items()})
@@ -92,6 +94,7 @@ class RunStore(RunReads, RunLeases):
         :meth:`save_flat` stores ``build()``, in one transaction that copies the responses first: a session starts
         it in a thread of its own as it ends, and the copy runs while ``build`` still waits for the session's
         aggregates. A stage that does not hold the run's rows is not used (``build()``'s rows are inserted)."""
+        self.require_writable()
         return self._save(run_id, scored_at, build, None, self._usable(staged, run_id, counts))
 
     def _usable(self, staged: ResponseStage | None, run_id: str, counts: Mapping[str, int]) -> ResponseStage | None:
@@ -160,6 +163,7 @@ class RunStore(RunReads, RunLeases):
             >>> store.delete_run("run_0a7c553e")  # doctest: +SKIP
             340
         """
+        self.require_writable()
         with self.engine.begin() as conn:
             return self._delete_run(conn, run_id)
 

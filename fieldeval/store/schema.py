@@ -153,6 +153,7 @@ def _define(metadata: sa.MetaData, run_columns: tuple[str, ...], response_column
             sa.Column("items_planned", sa.Integer),
             sa.Column("items_done", sa.Integer),
             sa.Column("items_errored", sa.Integer),
+            sa.Column("unverified", sa.Boolean),  # pushed without the digests that check it (runs push --unverified)
             *_group_columns(),
             *(sa.Column(name, RUN_COLUMN_TYPE) for name in run_columns),
             sa.Index("ix_evaluations_created", "created_at"),
@@ -306,6 +307,25 @@ def _migration_7(conn: Connection) -> None:
     _add_missing_columns(conn, GENERIC.evaluation_errors, ["case_id"])
 
 
+def _migration_9(conn: Connection) -> None:
+    """Add evaluations.unverified (a kept run pushed without the digests to check it) and fill the case ids of
+    errored items stored before step 7 (from the node id's part that names a case the benchmark scored)."""
+    _add_missing_columns(conn, GENERIC.evaluations, ["unverified"])
+    errors, responses = GENERIC.evaluation_errors, GENERIC.evaluation_responses
+    missing = conn.execute(sa.select(errors.c.error_id, errors.c.benchmark, errors.c.model, errors.c.item_id)
+                           .where(errors.c.case_id.is_(None))).all()
+    for error_id, benchmark, model, item_id in missing:
+        params = item_id.split("[", 1)[1].removesuffix("]") if "[" in (item_id or "") else (item_id or "")
+        parts = [part for part in params.removesuffix(f"-{model}").split("-") if part]
+        if not parts:
+            continue
+        found = conn.execute(sa.select(responses.c.corpus_item_id).where(
+            responses.c.benchmark == benchmark, responses.c.corpus_item_id.in_(parts)).distinct().limit(2)).scalars()
+        found = list(found)
+        if len(found) == 1:
+            conn.execute(errors.update().where(errors.c.error_id == error_id).values(case_id=found[0]))
+
+
 def _sql_text(value: str) -> str:
     """``value`` as an SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -322,6 +342,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (6, "an index of each run's responses by case id", _migration_6),
     (7, "errored items' case ids", _migration_7),
     (8, "models.batch: endpoints that offer a batch API", _migration_8),
+    (9, "runs pushed unverified; errored items' case ids filled in", _migration_9),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -332,8 +353,14 @@ def _add_declared_columns(conn: Connection, table: sa.Table, declared: Iterable[
     return tuple(name for name in present if name not in table.c)
 
 
-def migrate(engine: Engine, run_columns: Iterable[str] = (), response_columns: Iterable[str] = ()) -> tuple[list[int], Tables]:
-    """Apply the missing steps of ``MIGRATIONS`` and add missing declared columns, in one locked transaction.
+def migrate(engine: Engine, run_columns: Iterable[str] = (), response_columns: Iterable[str] = (),
+            found: list[int] | None = None) -> tuple[list[int], Tables]:
+    """Apply the missing steps of ``MIGRATIONS`` and add missing declared columns, in one locked transaction. A
+    store a newer fieldeval has migrated past :data:`SCHEMA_VERSION` is left as it is (its writes are refused by
+    :class:`~fieldeval.store.Store`).
+
+    Args:
+        found: when given, receives the versions the store had before.
 
     Returns:
         The migration versions applied, and the tables with every benchmark-specific column the database has.
@@ -347,6 +374,13 @@ def migrate(engine: Engine, run_columns: Iterable[str] = (), response_columns: I
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK})
         GENERIC.schema_version.create(conn, checkfirst=True)
         done = set(conn.execute(sa.select(GENERIC.schema_version.c.version)).scalars())
+        if found is not None:
+            found.extend(sorted(done))
+        if done and max(done) > SCHEMA_VERSION:  # a newer fieldeval's store: read what this one knows, change nothing
+            present = [column["name"] for column in sa.inspect(conn).get_columns(GENERIC.evaluations.name)]
+            responses = [column["name"] for column in sa.inspect(conn).get_columns(GENERIC.evaluation_responses.name)]
+            return [], tables_with(tuple(n for n in present if n not in GENERIC.evaluations.c),
+                                   tuple(n for n in responses if n not in GENERIC.evaluation_responses.c))
         for version, description, step in MIGRATIONS:
             if version in done:
                 continue

@@ -64,6 +64,11 @@ def database_error(url: str, error: BaseException) -> UsageError:
     if any(mark in reason.lower() for mark in _DAMAGED):
         return UsageError(f"--store {url!r}: the database is damaged or not a fieldeval store ({reason}); "
                           "restore it from a backup or pass another --store")
+    if any(mark in reason.lower() for mark in ("permission denied", "must be owner", "read-only transaction",
+                                                "insufficient privilege")):
+        return UsageError(f"--store {url!r}: this database role may not change the store ({reason}); a role that "
+                          "owns its tables upgrades it by running any fieldeval command on it once (fieldeval runs "
+                          "list --store URL), after which this role can read it")
     if "disk is full" in reason.lower():
         return UsageError(f"--store {url!r}: no space left for the database ({reason}); free some space")
     return UsageError(f"--store {url!r}: cannot open the database ({reason}); start the server or fix the URL")
