@@ -166,3 +166,14 @@ def test_report_without_output_writes_reports_report_html(long_id_store, tmp_pat
     assert main(["report", LONG_ID, "--store", long_id_store]) == 0
     assert (tmp_path / "reports" / "report.html").is_file() and not (tmp_path / "report.html").exists()
     assert "wrote reports/report.html" in capsys.readouterr().out
+
+
+def test_a_providers_words_reach_the_session_summary_escaped():
+    # an error message holding an OSC 52 clipboard write reached the terminal raw through the error lines
+    from fieldeval.run.summary import terminal_lines
+
+    payload = {"run_id": "run_0000e5c0", "benchmarks": {}, "gates": [], "audit": {}}
+    hostile = "fieldeval errors: ebs m: 1 item(s) failed: HTTP 500: \x1b]52;c;ZXZpbA==\x07\x1b[2J (x1)"
+    lines = [line for line, _ in terminal_lines(payload, [hostile])]
+    assert "\x1b" not in "".join(lines) and "\x07" not in "".join(lines)
+    assert "HTTP 500: \\x1b]52;c;ZXZpbA==\\x07\\x1b[2J (x1)" in lines[-1]

@@ -257,4 +257,7 @@ def terminal_lines(payload: dict, error_lines: list[str]) -> list[tuple[str, dic
     lines += [(gate_line(gate), {"red": not gate["passed"], "green": gate["passed"]}) for gate in payload["gates"]]
     lines += [(unmatched_line(entry), {"yellow": True}) for entry in payload.get("unmatched_thresholds", [])]
     lines += [(line, {"yellow": True}) for line in audit_lines(payload.get("audit", {}))]
-    return lines + [(line, {"red": True}) for line in error_lines]
+    lines += [(line, {"red": True}) for line in error_lines]
+    from fieldeval.store.shell import visible
+
+    return [(visible(line), markup) for line, markup in lines]  # a provider's or model's words never reach it raw

@@ -17,7 +17,7 @@ from typing import Any
 from rich.markup import escape
 
 from fieldeval.store.compare_cli import runs_compare
-from fieldeval.store.shell import add_run_id_column, add_store_option, command_store, fmt, make_console
+from fieldeval.store.shell import add_run_id_column, add_store_option, command_store, fmt, make_console, visible
 
 
 def _versions(versions: dict[str, str | None]) -> str:
@@ -174,8 +174,8 @@ def _runs_show(args: argparse.Namespace) -> int:
         for column in ["model", "benchmark", "item", "error", "message"]:
             table.add_column(column, overflow="fold")
         for error in sorted(run["errors"], key=lambda e: (e["model"], e["benchmark"])):
-            table.add_row(*(escape(error[key] or "-") for key in ("model", "benchmark", "item_id", "error_class",
-                                                                   "message")))
+            table.add_row(*(escape(visible(error[key] or "-")) for key in ("model", "benchmark", "item_id",
+                                                                            "error_class", "message")))
         console.print(table)
     return 0
 
