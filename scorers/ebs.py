@@ -13,6 +13,19 @@ when the template has no set. A response that does not parse scores 0, and
 its ``curie_label_valid`` and ``in_template_enum`` are None (blank), as
 upstream leaves them: a rate of either counts parsed responses only.
 
+Beside upstream's score, and never part of it, every row also says what the
+answer failed to say and what it said that is false, as CAFA scores a
+prediction (Clark and Radivojac 2013; the CAFA-evaluator's remaining
+uncertainty and misinformation): with ``T`` the truth and its is_a ancestors
+and ``P`` the prediction and its ancestors, ``missed_information`` is the
+information content of ``T - P`` and ``false_information`` that of ``P - T``,
+each term weighted by its intrinsic information content (Seco, Veale and Hayes
+2004: ``1 - log(1 + descendants) / log(terms)``, 0 at the root, 1 at a leaf),
+which the ontology's own structure gives without annotation counts;
+``missed_terms`` and ``false_terms`` count the terms. ``relationship_detail``
+tells a ``sibling`` (a term sharing an is_a parent with the truth) from an
+``unrelated`` one.
+
 Everything here is pure: the ontology arrives as an :class:`OntologyIndex`
 built once by the engine.
 """
@@ -20,6 +33,7 @@ built once by the engine.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -35,6 +49,8 @@ ANCESTOR_DECAY = 0.15
 ENUM_NEUTRAL = 0.5
 
 Relationship = Literal["exact", "descendant", "ancestor", "unrelated"]
+RelationshipDetail = Literal["exact", "descendant", "ancestor", "sibling", "unrelated"]
+UNKNOWN_TERM_IC = 1.0  # a CURIE the ontology lacks asserts as much as a leaf: its own (unknown) term
 
 _LABEL_CURIE = re.compile(r"(?P<label>\S(?:.*?\S)?)\s*\[(?P<curie>[A-Za-z][A-Za-z0-9_]*:\d+)\]")
 _CURIE_IN_PROSE = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*:\d+)\b")
@@ -78,6 +94,49 @@ class OntologyIndex:
                     queue.append((parent, dist + 1))
         return None
 
+    @functools.cached_property
+    def information_content(self) -> dict[str, float]:
+        """CURIE -> its intrinsic information content (Seco et al. 2004): ``1 - log(1 + d) / log(N)`` for a term
+        with ``d`` is_a descendants among the ``N`` terms of the index; 0 for a root above every term, 1 for a
+        leaf. Computed once per index.
+
+        Example:
+            >>> index = OntologyIndex("v", {"A": "a", "B": "b", "C": "c"}, {"B": ("A",), "C": ("A",)},
+            ...                       {"A": frozenset(), "B": frozenset({"A"}), "C": frozenset({"A"})})
+            >>> index.information_content
+            {'A': 0.0, 'B': 1.0, 'C': 1.0}
+        """
+        terms = {*self.labels, *self.parents, *self.ancestors}
+        below = dict.fromkeys(terms, 0)
+        for term in terms:
+            for ancestor in self.ancestors.get(term, ()):
+                below[ancestor] = below.get(ancestor, 0) + 1
+        total = math.log(len(below)) if len(below) > 1 else 1.0
+        return {term: round(max(0.0, 1.0 - math.log(1 + count) / total), 12) for term, count in below.items()}
+
+    def closure(self, curie: str) -> frozenset[str]:
+        """The term and its is_a ancestors (a CURIE the ontology lacks: itself alone)."""
+        return self.ancestors.get(curie, frozenset()) | {curie}
+
+    def information(self, pred: str | None, truth: str) -> tuple[float, float, int, int]:
+        """``(missed, false, missed_terms, false_terms)``: the information content of the truth's closure that the
+        prediction's lacks, and of the prediction's closure that the truth's lacks, and the counts of those terms
+        (``pred`` None: an answer that says nothing, so it misses everything and asserts nothing)."""
+        ic = self.information_content
+        truths = self.closure(truth)
+        preds = self.closure(pred) if pred is not None else frozenset()
+        missed, false = truths - preds, preds - truths
+        return (round(sum(ic.get(t, UNKNOWN_TERM_IC) for t in missed), 6),
+                round(sum(ic.get(t, UNKNOWN_TERM_IC) for t in false), 6), len(missed), len(false))
+
+    def detail(self, relationship: Relationship | None, pred: str, truth: str) -> RelationshipDetail | None:
+        """The relationship with ``sibling`` told apart: an unrelated term that shares an is_a parent with the
+        truth."""
+        if relationship != "unrelated":
+            return relationship
+        shared = set(self.parents.get(pred, ())) & set(self.parents.get(truth, ()))
+        return "sibling" if shared else "unrelated"
+
     def relationship(self, pred: str, truth: str) -> tuple[Relationship, int | None]:
         """How ``pred`` stands to ``truth`` and the shortest is_a hop count between them."""
         if pred == truth:
@@ -116,6 +175,12 @@ class EbsScore:
         enum_score: the enum component: 1, 0 or 0.5 (neutral).
         ontology_score: the composite score, 0-1.
         lenient_curie: a CURIE found anywhere in the response; informative only, never scored.
+        relationship_detail: ``relationship`` with ``sibling`` told apart from ``unrelated`` (None likewise).
+        missed_information: the information content of the truth's closure the answer's lacks (all of it for
+            an answer that does not parse); None when the truth does not parse.
+        false_information: the information content of the answer's closure the truth's lacks (0 for an answer
+            that does not parse: it asserts nothing).
+        missed_terms, false_terms: the counts of those terms.
     """
 
     parse_success: bool
@@ -132,6 +197,11 @@ class EbsScore:
     enum_score: float
     ontology_score: float
     lenient_curie: str | None
+    relationship_detail: RelationshipDetail | None = None
+    missed_information: float | None = None
+    false_information: float | None = None
+    missed_terms: int | None = None
+    false_terms: int | None = None
 
     def columns(self) -> dict[str, object]:
         """The scored table's columns, in order: what ``dataclasses.asdict`` gives, without its deep copy of
@@ -225,6 +295,7 @@ def score_ebs(
             enum_score=0.0,
             ontology_score=0.0,
             lenient_curie=lenient_curie,
+            **_information_fields(index, None, truth.curie if truth else None, None),
         )
     in_enum = None if allowed is None else pred.curie in allowed
     canonical = index.label(pred.curie)
@@ -251,7 +322,19 @@ def score_ebs(
         enum_score=enum_part,
         ontology_score=round(total, 10),
         lenient_curie=lenient_curie,
+        **_information_fields(index, pred.curie, truth.curie if truth else None, relationship),
     )
+
+
+def _information_fields(index: OntologyIndex, pred: str | None, truth: str | None,
+                        relationship: Relationship | None) -> dict[str, object]:
+    """The columns beside upstream's: ``relationship_detail`` and what the answer missed and asserted falsely."""
+    if truth is None:
+        return {}
+    missed, false, missed_n, false_n = index.information(pred, truth)
+    detail = index.detail(relationship, pred, truth) if pred is not None else None
+    return {"relationship_detail": detail, "missed_information": missed, "false_information": false,
+            "missed_terms": missed_n, "false_terms": false_n}
 
 
 def score_ebs_batch(
@@ -274,6 +357,7 @@ def score_ebs_batch(
     ideals: dict[str, tuple[str | None, str | None]] = {}
     responses: dict[str, tuple] = {}
     relations: dict[tuple[str, str], tuple[Relationship, int | None, float]] = {}
+    said: dict[tuple[str | None, str | None], tuple] = {}  # (prediction, truth) -> the information columns
     labels = index.labels
     parse = parse_label_curie.__wrapped__  # distinct texts only: this loop memoizes them itself
     out = []
@@ -297,8 +381,11 @@ def score_ebs_batch(
         curie, label, label_valid, lenient_curie = pred
         truth_curie, truth_label = truth
         if curie is None:
+            extra = said.get((None, truth_curie))
+            if extra is None:
+                extra = said[(None, truth_curie)] = _information_tuple(index, None, truth_curie, None)
             append((False, None, None, truth_curie, truth_label, None, False, None, None, None, 0.0, 0.0, 0.0,
-                    lenient_curie))
+                    lenient_curie, *extra))
             continue
         in_enum = None if allowed is None else curie in allowed
         if truth_curie is None:
@@ -311,6 +398,19 @@ def score_ebs_batch(
             relationship, hops, hier = known
         enum_part = ENUM_NEUTRAL if in_enum is None else (1.0 if in_enum else 0.0)
         total = W_PARSE + W_LABEL * label_valid + W_HIER * hier + W_ENUM * enum_part
+        extra = said.get((curie, truth_curie))
+        if extra is None:
+            extra = said[(curie, truth_curie)] = _information_tuple(index, curie, truth_curie, relationship)
         append((True, curie, label, truth_curie, truth_label, label_valid, truth_curie is not None and curie == truth_curie,
-                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie))
+                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie, *extra))
     return out
+
+
+def _information_tuple(index: OntologyIndex, pred: str | None, truth: str | None,
+                       relationship: Relationship | None) -> tuple:
+    """:func:`_information_fields` as the tuple of :class:`EbsScore`'s last fields, in order."""
+    fields = _information_fields(index, pred, truth, relationship)
+    return tuple(fields.get(name) for name in INFORMATION_FIELDS)
+
+
+INFORMATION_FIELDS = ("relationship_detail", "missed_information", "false_information", "missed_terms", "false_terms")

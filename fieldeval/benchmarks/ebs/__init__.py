@@ -8,6 +8,7 @@ and aggregation in ``tables``, commands in ``cli``, the offline
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -119,6 +120,10 @@ BENCHMARK = Benchmark(
         Metric("in_template_enum"),
         Metric("parse_success"),
         Metric("curie_label_valid", headline=False),
+        # beside upstream's score: what an answer failed to say and said falsely (information content, lower is
+        # better; a threshold on them is a floor, so gate on ontology_score instead)
+        Metric("missed_information", high=math.inf, headline=False),
+        Metric("false_information", high=math.inf, headline=False),
     ),
     baseline="ebs-baseline",
     options=EbsOptions,
@@ -135,6 +140,7 @@ BENCHMARK = Benchmark(
     run_facts=("ontology_version",),
     estimators=lazy("fieldeval.benchmarks.ebs.tables:estimators"),
     audit=lazy("fieldeval.benchmarks.ebs.audit:audit"),
+    summary_notes=lazy("fieldeval.benchmarks.ebs.tables:summary_notes"),
     items=ITEMS,
     dashboard=Dashboard(charts=(
         Chart("groups", "EBS ontology score per stratum", key="per_stratum", metric="ontology_score",

@@ -21,10 +21,31 @@ in the soil_data value set. Ontology score 1."
     """
     score = f"Ontology score {_number(row.get('ontology_score'))}."
     if not row.get("parse_success"):
-        return " ".join([_parse_failure(row), score, _truth_note(row)]).strip()
+        return " ".join([_parse_failure(row), score, _information(row), _truth_note(row)]).strip()
     parts = [f"Predicted {_term(row.get('pred_label'), row.get('pred_curie'))}, {_relation(row)}",
              _label(row), _enum(row)]
-    return " ".join(["; ".join(parts) + ".", score, _truth_note(row)]).strip()
+    return " ".join(["; ".join(parts) + ".", score, _information(row), _truth_note(row)]).strip()
+
+
+def _information(row: Mapping[str, Any]) -> str:
+    """What the answer missed and asserted falsely (information content and terms), where the row records it.
+
+    Example:
+        >>> _information({"missed_information": 0.619789, "missed_terms": 2, "false_information": 0,
+        ...               "false_terms": 0})
+        'Beside it: missed information 0.6198 (2 terms the truth implies), asserted nothing false.'
+    """
+    if row.get("missed_information") is None:
+        return ""
+    missed, false = row["missed_information"], row.get("false_information") or 0
+    said = ("asserted nothing false" if not row.get("false_terms") else
+            f"false information {_number(false)} ({row['false_terms']} term{'' if row['false_terms'] == 1 else 's'} "
+            "the truth does not imply)")
+    if not row.get("missed_terms"):
+        return f"Beside it: missed nothing, {said}."
+    count = row["missed_terms"]
+    return (f"Beside it: missed information {_number(missed)} ({count} term{'' if count == 1 else 's'} the truth "
+            f"implies), {said}.")
 
 
 def _parse_failure(row: Mapping[str, Any]) -> str:
@@ -46,6 +67,8 @@ def _relation(row: Mapping[str, Any]) -> str:
     if relationship in ("ancestor", "descendant"):
         article = "an" if relationship == "ancestor" else "a"
         return f"{article} {relationship} of the truth {truth} at {distance}: {hierarchy}"
+    if relationship == "unrelated" and row.get("relationship_detail") == "sibling":
+        return f"unrelated to the truth {truth} by is_a, but its sibling (an is_a parent in common): {hierarchy}"
     if relationship == "unrelated":
         return f"unrelated to the truth {truth} by is_a: {hierarchy}"
     return f"but the truth {row.get('case_ideal')!r} does not parse: {hierarchy}"

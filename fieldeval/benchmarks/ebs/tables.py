@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -22,10 +23,13 @@ UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", 
                     "exact_match", "relationship", "hop_distance", "in_template_enum", "ontology_score",
                     *COST_COLUMNS]
 # fieldeval's own columns, after upstream's
-EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie"]
+EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie", "relationship_detail", "missed_information",
+                 "false_information", "missed_terms", "false_terms"]
+INFORMATION_METRICS = ["missed_information", "false_information"]  # lower is better: what an answer missed, got wrong
 SCORED_COLUMNS = [*UPSTREAM_COLUMNS, *EXTRA_COLUMNS]
 SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
-FLOAT_COLUMNS = ["ontology_score", "hierarchy_score", "enum_score"]
+FLOAT_COLUMNS = ["ontology_score", "hierarchy_score", "enum_score", "missed_information", "false_information"]
+INT_COLUMNS = ["hop_distance", "missed_terms", "false_terms"]  # whole numbers, blank for None
 # blank where the response does not parse (or the template has no value set), as upstream writes them
 OPTIONAL_BOOL_COLUMNS = ["curie_label_valid", "in_template_enum"]
 FLOAT_DECIMALS = 12  # 0.9, not 0.9000000000000001
@@ -85,7 +89,8 @@ def format_scored(df):
     df = df.copy()
     for column in ["parse_success", "exact_match"]:
         df[column] = df[column].astype(bool)
-    df["hop_distance"] = pd.array(df["hop_distance"], dtype="Int64")
+    for column in INT_COLUMNS:
+        df[column] = pd.array(df[column], dtype="Int64")
     for column in OPTIONAL_BOOL_COLUMNS:
         df[column] = pd.array(df[column], dtype="boolean")
     for column in FLOAT_COLUMNS:
@@ -173,7 +178,7 @@ def _column_cells(name: str, values: list) -> list[str] | None:
     kinds = set(map(type, values))
     if name in ("parse_success", "exact_match"):  # astype(bool)
         return ["True" if value else "False" for value in values] if kinds <= {bool} else None
-    if name == "hop_distance":  # Int64: whole numbers, blank for None
+    if name in INT_COLUMNS:  # Int64: whole numbers, blank for None
         if kinds <= {int, type(None)} and all(abs(v) < 2**53 for v in values if v is not None):
             return ["" if value is None else str(value) for value in values]
         return None
@@ -338,9 +343,12 @@ def ontology_score_intervals(df, key: str, models: Sequence[str]) -> list[str]:
     return lines
 
 
-def estimators(rows: list[dict], metrics: Sequence[str] = METRICS) -> dict[str, Estimator]:
-    """Each metric as the mean of its per-row values (None: not defined for the row)."""
-    return {metric: Estimator.mean(row_column(rows, metric), (0.0, 1.0)) for metric in metrics}
+def estimators(rows: list[dict], metrics: Sequence[str] = (*METRICS, *INFORMATION_METRICS)) -> dict[str, Estimator]:
+    """Each metric as the mean of its per-row values (None: not defined for the row); a rate lies in 0-1, an
+    amount of information from 0 up."""
+    return {metric: Estimator.mean(row_column(rows, metric),
+                                   (0.0, math.inf) if metric in INFORMATION_METRICS else (0.0, 1.0))
+            for metric in metrics}
 
 
 def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
@@ -357,6 +365,9 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     counts = Counter(r["relationship"] or "parse_failure" for r in rows)
     out["relationship_counts"] = {k: counts.get(k, 0) for k in
                                   ["exact", "descendant", "ancestor", "unrelated", "parse_failure"]}
+    details = Counter(r.get("relationship_detail") or "parse_failure" for r in rows)
+    out["relationship_detail_counts"] = {k: details.get(k, 0) for k in
+                                         ["exact", "descendant", "ancestor", "sibling", "unrelated", "parse_failure"]}
     strata: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         strata[row["stratum"]].append(row)
@@ -366,6 +377,23 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
         out["per_stratum"][stratum] = {m: estimate(group_estimators[m], group_design, seed=seed, resamples=resamples)
                                        for m in ["ontology_score", "exact_match"]}
     return out
+
+
+def summary_notes(models: dict[str, dict]) -> list[str]:
+    """Under the terminal table, per model: what its answers missed and asserted falsely (information content,
+    lower is better; beside upstream's score, never part of it) and how many of its unrelated answers were
+    siblings of the truth."""
+    from fieldeval.run.summary import format_metric
+
+    lines = []
+    for model, entry in models.items():
+        if not entry.get("missed_information"):
+            continue
+        siblings = (entry.get("relationship_detail_counts") or {}).get("sibling", 0)
+        lines.append(f"ebs {model}: missed information {format_metric(entry['missed_information'])}, false "
+                     f"information {format_metric(entry.get('false_information'))} (lower is better); "
+                     f"{siblings} sibling answer(s)")
+    return lines
 
 
 def matrix_params(rows: list[dict]) -> list[str]:

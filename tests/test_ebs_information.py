@@ -1,0 +1,174 @@
+"""EBS beside upstream's score: what an answer missed and what it asserted falsely, and siblings told apart.
+
+Checked by hand on the tiny ontology (its information contents worked out below from its structure) and
+against the CAFA evaluator (``cafaeval``) on a hand-built ontology: the same graph and the same weights give
+the same remaining uncertainty and misinformation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scorers.ebs import score_ebs
+
+FOREST = "forest biome [ENVO:01000174]"
+N_TERMS = 10  # the tiny ontology's terms, its obsolete one included
+
+
+def seco(descendants: int) -> float:
+    """Seco et al.'s intrinsic information content of a term with that many descendants among N_TERMS."""
+    return 1 - math.log(1 + descendants) / math.log(N_TERMS)
+
+
+# the tiny ontology: biome > terrestrial > forest > coniferous > {temperate, subpolar}; terrestrial > cropland;
+# biome > aquatic > marine
+IC = {"biome": seco(8), "terrestrial": seco(5), "forest": seco(3), "coniferous": seco(2), "cropland": seco(0),
+      "aquatic": seco(1), "marine": seco(0), "subpolar": seco(0)}
+
+
+@pytest.mark.parametrize(("answer", "detail", "missed", "false", "counts"), [
+    (FOREST, "exact", 0.0, 0.0, (0, 0)),
+    ("biome [ENVO:00000428]", "ancestor", IC["forest"] + IC["terrestrial"], 0.0, (2, 0)),
+    ("subpolar coniferous forest biome [ENVO:01000250]", "descendant", 0.0, IC["subpolar"] + IC["coniferous"],
+     (0, 2)),
+    ("cropland biome [ENVO:01000245]", "sibling", IC["forest"], IC["cropland"], (1, 1)),
+    ("marine biome [ENVO:00000447]", "unrelated", IC["forest"] + IC["terrestrial"], IC["marine"] + IC["aquatic"],
+     (2, 2)),
+    ("moon biome [ENVO:07777777]", "unrelated", IC["forest"] + IC["terrestrial"] + IC["biome"], 1.0, (3, 1)),
+    ("it is a forest", None, IC["forest"] + IC["terrestrial"] + IC["biome"], 0.0, (3, 0)),
+])
+def test_missed_and_false_information_by_hand(tiny_index, answer, detail, missed, false, counts):
+    score = score_ebs(answer, FOREST, index=tiny_index, allowed=None)
+    assert score.relationship_detail == detail
+    assert score.missed_information == pytest.approx(missed, abs=1e-6)
+    assert score.false_information == pytest.approx(false, abs=1e-6)
+    assert (score.missed_terms, score.false_terms) == counts
+
+
+def test_a_sibling_misses_and_asserts_less_than_an_unrelated_term_and_upstream_scores_them_alike(tiny_index):
+    # upstream: "hot water" and "basalt" score the same against "cold water"
+    sibling = score_ebs("cropland biome [ENVO:01000245]", FOREST, index=tiny_index, allowed=None)
+    unrelated = score_ebs("marine biome [ENVO:00000447]", FOREST, index=tiny_index, allowed=None)
+    assert sibling.relationship == unrelated.relationship == "unrelated"
+    assert sibling.hierarchy_score == unrelated.hierarchy_score == 0.0
+    assert sibling.missed_information < unrelated.missed_information
+    assert sibling.false_information < unrelated.false_information
+
+
+def test_the_batch_scorer_gives_the_new_columns_as_the_row_scorer_does(tiny_index):
+    from scorers.ebs import EbsScore, score_ebs_batch
+
+    answers = [FOREST, "biome [ENVO:00000428]", "cropland biome [ENVO:01000245]", "nonsense", "nonsense", FOREST]
+    batch = score_ebs_batch([(a, FOREST, None) for a in answers], index=tiny_index)
+    assert [EbsScore(*fields) for fields in batch] == [score_ebs(a, FOREST, index=tiny_index, allowed=None)
+                                                       for a in answers]
+
+
+OBO = """format-version: 1.2
+ontology: handmade
+
+[Term]
+id: T:0000001
+name: root
+namespace: biome
+
+[Term]
+id: T:0000002
+name: land
+namespace: biome
+is_a: T:0000001 ! root
+
+[Term]
+id: T:0000003
+name: water
+namespace: biome
+is_a: T:0000001 ! root
+
+[Term]
+id: T:0000004
+name: forest
+namespace: biome
+is_a: T:0000002 ! land
+
+[Term]
+id: T:0000005
+name: grassland
+namespace: biome
+is_a: T:0000002 ! land
+
+[Term]
+id: T:0000006
+name: conifer forest
+namespace: biome
+is_a: T:0000004 ! forest
+
+[Term]
+id: T:0000007
+name: mixed forest
+namespace: biome
+is_a: T:0000004 ! forest
+is_a: T:0000005 ! grassland
+
+[Term]
+id: T:0000008
+name: lake
+namespace: biome
+is_a: T:0000003 ! water
+"""
+# (answer, truth): exact, ancestor, descendant, sibling, unrelated, two parents, and an answer that says nothing
+PAIRS = [("T:0000004", "T:0000004"), ("T:0000002", "T:0000006"), ("T:0000007", "T:0000004"),
+         ("T:0000005", "T:0000004"), ("T:0000008", "T:0000006"), ("T:0000007", "T:0000006"), (None, "T:0000007")]
+
+
+def test_missed_and_false_information_are_cafa_evaluators_remaining_uncertainty_and_misinformation(tmp_path):
+    cafaeval = pytest.importorskip("cafaeval.evaluation")
+    from fieldeval.ontology import load_index
+
+    (tmp_path / "handmade.obo").write_text(OBO)
+    index = load_index(f"simpleobo:{tmp_path / 'handmade.obo'}")
+    ic = index.information_content
+    (tmp_path / "ia.tsv").write_text("".join(f"{term}\t{value!r}\n" for term, value in ic.items()))
+    (tmp_path / "truth.tsv").write_text("".join(f"case{n}\t{truth}\n" for n, (_, truth) in enumerate(PAIRS)))
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "pred" / "answers.tsv").write_text("".join(f"case{n}\t{answer}\t1.0\n"
+                                                         for n, (answer, _) in enumerate(PAIRS) if answer))
+    df, _ = cafaeval.cafa_eval(str(tmp_path / "handmade.obo"), str(tmp_path / "pred"), str(tmp_path / "truth.tsv"),
+                               ia=str(tmp_path / "ia.tsv"), n_cpu=1)
+    at_one = df.reset_index().iloc[-1]  # every answer holds with score 1.0 at any threshold
+    ours = [score_ebs(f"x [{answer}]" if answer else "no answer", f"x [{truth}]", index=index, allowed=None)
+            for answer, truth in PAIRS]
+    assert sum(s.missed_information for s in ours) / len(ours) == pytest.approx(at_one["ru_w"], abs=1e-5)
+    assert sum(s.false_information for s in ours) / len(ours) == pytest.approx(at_one["mi_w"], abs=1e-5)
+    assert sum(s.missed_terms for s in ours) / len(ours) == pytest.approx(at_one["ru"], abs=1e-9)
+    assert sum(s.false_terms for s in ours) / len(ours) == pytest.approx(at_one["mi"], abs=1e-9)
+
+
+def test_a_run_reports_both_as_means_with_both_intervals_and_counts_siblings(tiny_index, tiny_enums):
+    from fieldeval.benchmarks.ebs.tables import aggregate, score_row
+
+    answers = ["cropland biome [ENVO:01000245]", "marine biome [ENVO:00000447]", FOREST, "biome [ENVO:00000428]"]
+    rows = [{**score_row(a, FOREST, "soil_data", index=tiny_index, enums=tiny_enums), "stratum": "forest biome",
+             "study": f"s{n % 2}"} for n, a in enumerate(answers)]
+    out = aggregate(rows, seed=0, resamples=200)
+    expected = (IC["forest"] + (IC["forest"] + IC["terrestrial"]) + 0 + (IC["forest"] + IC["terrestrial"])) / 4
+    assert out["missed_information"]["value"] == pytest.approx(expected, abs=1e-6)
+    assert out["false_information"]["value"] == pytest.approx((IC["cropland"] + IC["marine"] + IC["aquatic"]) / 4,
+                                                              abs=1e-6)
+    low, high = out["missed_information"]["ci95"]
+    assert 0 <= low <= out["missed_information"]["value"] <= high
+    assert out["relationship_detail_counts"] == {"exact": 1, "descendant": 0, "ancestor": 1, "sibling": 1,
+                                                 "unrelated": 1, "parse_failure": 0}
+    assert out["relationship_counts"]["unrelated"] == 2  # upstream's four values, unchanged
+
+
+def test_the_item_explanation_says_sibling_and_what_was_missed(tiny_index, tiny_enums):
+    from fieldeval.benchmarks.ebs.explain import explain_ebs
+    from fieldeval.benchmarks.ebs.tables import score_row
+
+    row = score_row("cropland biome [ENVO:01000245]", FOREST, "soil_data", index=tiny_index, enums=tiny_enums)
+    text = explain_ebs(row)
+    assert "but its sibling (an is_a parent in common)" in text
+    assert f"missed information {round(IC['forest'], 4):g} (1 term the truth implies)" in text
+    assert f"false information {round(IC['cropland'], 4):g} (1 term the truth does not imply)" in text
