@@ -1,6 +1,6 @@
 """Build the ontology index once with oaklib and cache it on disk.
 
-The index (labels, is_a parents, the subClassOf ancestor closure) is keyed by
+The index (labels, synonyms, is_a parents, the subClassOf ancestor closure) is keyed by
 the sha256 of the ontology file (or of the selector when it names no local
 file) so a warm start loads one pickle and never imports oaklib. The CURIEs the ontology marks obsolete (for the
 gold-data audit) are cached beside it, from the same load of the ontology.
@@ -21,7 +21,7 @@ from fieldeval.errors import UsageError
 from scorers.ebs import OntologyIndex
 
 DEFAULT_ONTOLOGY_FILE = "envo/envo.obo"
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2  # 2: with synonyms
 OBSOLETE_FORMAT = 1
 
 _loaded: dict[str, OntologyIndex] = {}
@@ -91,6 +91,12 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
         parents: dict[str, list[str]] = {}
         for subject, _, obj in adapter.relationships(predicates=[IS_A]):
             parents.setdefault(subject, []).append(obj)
+        synonyms = {}
+        for curie in labels:
+            found = tuple(sorted({alias for _, alias in adapter.alias_relationships(curie, exclude_labels=True)
+                                  if alias}))
+            if found:
+                synonyms[curie] = found
         obsolete = _obsoletes_of(adapter)
     except UsageError:
         raise
@@ -106,6 +112,7 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
         labels=labels,
         parents=frozen_parents,
         ancestors=_closure(frozen_parents),
+        synonyms=synonyms,
     ), obsolete
 
 

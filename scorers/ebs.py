@@ -50,6 +50,8 @@ ENUM_NEUTRAL = 0.5
 
 Relationship = Literal["exact", "descendant", "ancestor", "unrelated"]
 RelationshipDetail = Literal["exact", "descendant", "ancestor", "sibling", "unrelated"]
+LabelMismatch = Literal["none", "wording", "other_term", "unrecognized"]
+GENERIC_TAILS = ("ecosystem", "biome", "environment")  # a label without one of these is a rewording of it
 UNKNOWN_TERM_IC = 1.0  # a CURIE the ontology lacks asserts as much as a leaf: its own (unknown) term
 
 _LABEL_CURIE = re.compile(r"(?P<label>\S(?:.*?\S)?)\s*\[(?P<curie>[A-Za-z][A-Za-z0-9_]*:\d+)\]")
@@ -65,12 +67,14 @@ class OntologyIndex:
         labels: CURIE -> primary label.
         parents: CURIE -> its direct is_a parents.
         ancestors: CURIE -> every is_a ancestor (the subClassOf closure, not reflexive).
+        synonyms: CURIE -> its synonyms (every scope), for :meth:`label_mismatch`.
     """
 
     version: str
     labels: Mapping[str, str]
     parents: Mapping[str, tuple[str, ...]]
     ancestors: Mapping[str, frozenset[str]] = field(repr=False)
+    synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def label(self, curie: str) -> str | None:
         """The primary label of a CURIE, or None when the ontology lacks it."""
@@ -114,6 +118,35 @@ class OntologyIndex:
         total = math.log(len(below)) if len(below) > 1 else 1.0
         return {term: round(max(0.0, 1.0 - math.log(1 + count) / total), 12) for term, count in below.items()}
 
+    @functools.cached_property
+    def _named(self) -> dict[str, frozenset[str]]:
+        """Each label and synonym, as :func:`_words` has it -> the CURIEs it names."""
+        names: dict[str, set[str]] = {}
+        for curie, label in self.labels.items():
+            names.setdefault(_words(label), set()).add(curie)
+        for curie, synonyms in self.synonyms.items():
+            for synonym in synonyms:
+                names.setdefault(_words(synonym), set()).add(curie)
+        return {name: frozenset(curies) for name, curies in names.items()}
+
+    def label_mismatch(self, label: str, curie: str) -> LabelMismatch | None:
+        """How a stated label stands to its CURIE's term: ``none`` (its label, ignoring case), ``wording`` (one
+        of its synonyms, or its label or a synonym in other case, punctuation or without a trailing word such
+        as "ecosystem"), ``other_term`` (another term's label or synonym: the pair asserts something false),
+        ``unrecognized`` (no term's name); None when the ontology lacks the CURIE."""
+        canonical = self.labels.get(curie)
+        if canonical is None:
+            return None
+        if canonical.casefold() == label.casefold():
+            return "none"
+        said = _words(label)
+        own = {_words(canonical), *(_words(synonym) for synonym in self.synonyms.get(curie, ()))}
+        if said in own or _trimmed(said) in {_trimmed(name) for name in own}:
+            return "wording"
+        if self._named.get(said, frozenset()) - {curie}:
+            return "other_term"
+        return "unrecognized"
+
     def closure(self, curie: str) -> frozenset[str]:
         """The term and its is_a ancestors (a CURIE the ontology lacks: itself alone)."""
         return self.ancestors.get(curie, frozenset()) | {curie}
@@ -146,6 +179,19 @@ class OntologyIndex:
         if truth in self.ancestors.get(pred, ()):
             return "descendant", self.hops_up(pred, truth)
         return "unrelated", None
+
+
+def _words(text: str) -> str:
+    """A name compared as words: case, punctuation and spacing aside ("Forest-Biome" is "forest biome")."""
+    return " ".join(re.sub(r"[^\w]+", " ", text.casefold()).split())
+
+
+def _trimmed(words: str) -> str:
+    """A name without a trailing generic word ("meadow ecosystem" is "meadow")."""
+    for tail in GENERIC_TAILS:
+        if words.endswith(" " + tail):
+            return words[: -len(tail) - 1]
+    return words
 
 
 @dataclass(frozen=True)
@@ -181,6 +227,8 @@ class EbsScore:
         false_information: the information content of the answer's closure the truth's lacks (0 for an answer
             that does not parse: it asserts nothing).
         missed_terms, false_terms: the counts of those terms.
+        label_mismatch: how the stated label stands to its CURIE's term (:meth:`OntologyIndex.label_mismatch`;
+            None when the answer does not parse or the ontology lacks the CURIE).
     """
 
     parse_success: bool
@@ -202,6 +250,7 @@ class EbsScore:
     false_information: float | None = None
     missed_terms: int | None = None
     false_terms: int | None = None
+    label_mismatch: LabelMismatch | None = None
 
     def columns(self) -> dict[str, object]:
         """The scored table's columns, in order: what ``dataclasses.asdict`` gives, without its deep copy of
@@ -323,6 +372,7 @@ def score_ebs(
         ontology_score=round(total, 10),
         lenient_curie=lenient_curie,
         **_information_fields(index, pred.curie, truth.curie if truth else None, relationship),
+        label_mismatch=index.label_mismatch(pred.label, pred.curie),
     )
 
 
@@ -372,20 +422,21 @@ def score_ebs_batch(
             parsed = parse(response)
             lenient = _CURIE_IN_PROSE.search(response or "")
             if parsed is None:
-                pred = (None, None, None, lenient.group(1) if lenient else None)
+                pred = (None, None, None, lenient.group(1) if lenient else None, None)
             else:
                 canonical = labels.get(parsed.curie)
                 valid = canonical is not None and canonical.casefold() == parsed.label.casefold()
-                pred = (parsed.curie, parsed.label, valid, lenient.group(1) if lenient else None)
+                pred = (parsed.curie, parsed.label, valid, lenient.group(1) if lenient else None,
+                        index.label_mismatch(parsed.label, parsed.curie))
             responses[response] = pred
-        curie, label, label_valid, lenient_curie = pred
+        curie, label, label_valid, lenient_curie, mismatch = pred
         truth_curie, truth_label = truth
         if curie is None:
             extra = said.get((None, truth_curie))
             if extra is None:
                 extra = said[(None, truth_curie)] = _information_tuple(index, None, truth_curie, None)
             append((False, None, None, truth_curie, truth_label, None, False, None, None, None, 0.0, 0.0, 0.0,
-                    lenient_curie, *extra))
+                    lenient_curie, *extra, None))
             continue
         in_enum = None if allowed is None else curie in allowed
         if truth_curie is None:
@@ -402,7 +453,7 @@ def score_ebs_batch(
         if extra is None:
             extra = said[(curie, truth_curie)] = _information_tuple(index, curie, truth_curie, relationship)
         append((True, curie, label, truth_curie, truth_label, label_valid, truth_curie is not None and curie == truth_curie,
-                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie, *extra))
+                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie, *extra, mismatch))
     return out
 
 

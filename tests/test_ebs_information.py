@@ -172,3 +172,22 @@ def test_the_item_explanation_says_sibling_and_what_was_missed(tiny_index, tiny_
     assert "but its sibling (an is_a parent in common)" in text
     assert f"missed information {round(IC['forest'], 4):g} (1 term the truth implies)" in text
     assert f"false information {round(IC['cropland'], 4):g} (1 term the truth does not imply)" in text
+
+
+@pytest.mark.parametrize(("answer", "mismatch"), [
+    (FOREST, "none"),
+    ("Forest Biome [ENVO:01000174]", "none"),  # case alone: upstream's curie_label_valid holds too
+    ("forest-biome [ENVO:01000174]", "wording"),  # punctuation
+    ("forest [ENVO:01000174]", "wording"),  # without the trailing "biome"
+    ("woodland biome [ENVO:01000174]", "wording"),  # the tiny ontology's synonym of forest biome
+    ("marine biome [ENVO:01000174]", "other_term"),  # another term's label on this CURIE: it asserts something false
+    ("moon dust [ENVO:01000174]", "unrecognized"),
+    ("moon biome [ENVO:07777777]", None),  # the ontology lacks the CURIE: nothing to compare
+    ("forest, surely", None),  # no answer to compare
+])
+def test_label_mismatches_in_two_kinds(tiny_index, answer, mismatch):
+    # one curie_label_valid column scored a rewording and another term's label the same
+    score = score_ebs(answer, FOREST, index=tiny_index, allowed=None)
+    assert score.label_mismatch == mismatch
+    if mismatch is not None:
+        assert score.curie_label_valid == (mismatch == "none")  # upstream's column, unchanged

@@ -24,7 +24,7 @@ UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", 
                     *COST_COLUMNS]
 # fieldeval's own columns, after upstream's
 EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie", "relationship_detail", "missed_information",
-                 "false_information", "missed_terms", "false_terms"]
+                 "false_information", "missed_terms", "false_terms", "label_mismatch"]
 INFORMATION_METRICS = ["missed_information", "false_information"]  # lower is better: what an answer missed, got wrong
 SCORED_COLUMNS = [*UPSTREAM_COLUMNS, *EXTRA_COLUMNS]
 SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
@@ -368,6 +368,8 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     details = Counter(r.get("relationship_detail") or "parse_failure" for r in rows)
     out["relationship_detail_counts"] = {k: details.get(k, 0) for k in
                                          ["exact", "descendant", "ancestor", "sibling", "unrelated", "parse_failure"]}
+    mismatches = Counter(r.get("label_mismatch") for r in rows if r.get("label_mismatch"))
+    out["label_mismatch_counts"] = {k: mismatches.get(k, 0) for k in ["none", "wording", "other_term", "unrecognized"]}
     strata: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         strata[row["stratum"]].append(row)
@@ -390,9 +392,11 @@ def summary_notes(models: dict[str, dict]) -> list[str]:
         if not entry.get("missed_information"):
             continue
         siblings = (entry.get("relationship_detail_counts") or {}).get("sibling", 0)
+        labels = entry.get("label_mismatch_counts") or {}
         lines.append(f"ebs {model}: missed information {format_metric(entry['missed_information'])}, false "
                      f"information {format_metric(entry.get('false_information'))} (lower is better); "
-                     f"{siblings} sibling answer(s)")
+                     f"{siblings} sibling answer(s); labels: {labels.get('wording', 0)} reworded, "
+                     f"{labels.get('other_term', 0)} another term's, {labels.get('unrecognized', 0)} no term's")
     return lines
 
 
