@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from fieldeval import completion_fields
-from scorers.ebs import score_ebs
 
 
 def solve(case, model, client):
@@ -26,8 +25,8 @@ pytestmark = pytest.mark.fieldeval(benchmark="ebs", solver=solve)
 
 def test_ebs(case, model, context, answer, record):
     completion = answer
-    truth, conflict = context.truth(case)  # --ebs-truth: the case's CURIE (upstream's rule) or its label's term
-    score = score_ebs(completion.text, truth, index=context.index, allowed=context.enums.get(case.template))
+    # --ebs-truth: the case's CURIE (upstream's rule), its label's term, or the closest of its references
+    score, matched, conflict = context.score(case, completion.text)
     record(
         model=model,
         case_id=case.case_id,
@@ -38,6 +37,7 @@ def test_ebs(case, model, context, answer, record):
         ontology_version=context.index.version,
         truth_rule=context.truth_rule,
         truth_conflict=conflict,
+        matched_reference=matched,
         **score.columns(),
         **completion_fields(completion),
     )

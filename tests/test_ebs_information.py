@@ -191,3 +191,51 @@ def test_label_mismatches_in_two_kinds(tiny_index, answer, mismatch):
     assert score.label_mismatch == mismatch
     if mismatch is not None:
         assert score.curie_label_valid == (mismatch == "none")  # upstream's column, unchanged
+
+
+def _context(tiny_index, tiny_enums, rule, extra=None):
+    from fieldeval.benchmarks.ebs import EbsContext
+
+    return EbsContext(None, tiny_index, tiny_enums, truth_rule=rule, extra_references=extra or {})
+
+
+def _case(ideal, case_id="case000"):
+    from fieldeval.benchmarks.ebs.suite import EbsCase
+
+    return EbsCase(case_id, "forest biome", "soil_data", "Predict.", ideal)
+
+
+def test_closest_scores_each_answer_against_its_nearest_reference_and_says_which(tiny_index, tiny_enums):
+    # a case with two acceptable biomes: forest (the suite's) and cropland (added by the user)
+    extra = {"case000": ("cropland biome [ENVO:01000245]",)}
+    closest = _context(tiny_index, tiny_enums, "closest", extra)
+    upstream = _context(tiny_index, tiny_enums, "curie", extra)
+    case = _case(FOREST)
+    score, matched, _ = closest.score(case, "cropland biome [ENVO:01000245]")
+    assert (matched, score.exact_match, score.ontology_score) == ("cropland biome [ENVO:01000245]", True, 1.0)
+    score, matched, _ = closest.score(case, "coniferous forest biome [ENVO:01000196]")
+    assert (matched, score.relationship) == (FOREST, "descendant")  # nearer forest than cropland
+    score, matched, _ = upstream.score(case, "cropland biome [ENVO:01000245]")
+    assert (matched, score.exact_match) == (FOREST, False)  # upstream's rule: the suite's truth alone
+
+
+def test_closest_takes_both_terms_of_a_truth_whose_label_names_another_term(tiny_index, tiny_enums):
+    # the label says forest biome, the CURIE is cropland's: an answer of either is right
+    case = _case("forest biome [ENVO:01000245]")
+    closest = _context(tiny_index, tiny_enums, "closest")
+    for answer, matched in [(FOREST, FOREST), ("cropland biome [ENVO:01000245]", "forest biome [ENVO:01000245]")]:
+        score, found, conflict = closest.score(case, answer)
+        assert (found, score.exact_match, conflict) == (matched, True, True)
+
+
+def test_references_that_do_not_parse_or_without_closest_are_one_line(tmp_path):
+    from fieldeval.benchmarks.ebs import EbsOptions, load
+    from fieldeval.errors import UsageError
+    from tests.conftest import TINY_ENUMS, TINY_SELECTOR
+
+    path = tmp_path / "refs.tsv"
+    path.write_text("case_id\treference\ncase000\tcropland biome [ENVO:01000245]\ncase001\tjust words\n")
+    with pytest.raises(UsageError, match=r"line 3: 'just words' is not 'label \[CURIE\]'"):
+        load(EbsOptions(ontology=TINY_SELECTOR, enum_dir=str(TINY_ENUMS), truth="closest", references=str(path)))
+    with pytest.raises(UsageError, match="scores only with --ebs-truth closest"):
+        load(EbsOptions(ontology=TINY_SELECTOR, enum_dir=str(TINY_ENUMS), references=str(path)))

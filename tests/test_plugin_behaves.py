@@ -33,7 +33,7 @@ def _said(result) -> list[str]:
     ("--cache", "reply", "use, refresh, off, replay"),
     ("--gate-on", "lowr", "point, lower"),
     ("--cluster-by", "study", "benchmark, none"),
-    ("--ebs-truth", "curi", "curie, label"),  # a benchmark's option
+    ("--ebs-truth", "curi", "curie, label, closest"),  # a benchmark's option
     ("--re-mode", "sumarize", "direct, summarize"),  # another installed benchmark's, not this project's
 ])
 def test_a_value_not_among_the_choices_is_one_line_and_exit_2(project, flag, value, choices):

@@ -20,7 +20,7 @@ from fieldeval.errors import UsageError
 
 if TYPE_CHECKING:
     from fieldeval.benchmarks.ebs.suite import EbsCase, EbsSuite
-    from scorers.ebs import OntologyIndex
+    from scorers.ebs import EbsScore, OntologyIndex
 
 __all__ = ["BENCHMARK", "EbsContext", "EbsOptions"]
 
@@ -41,7 +41,12 @@ class EbsOptions:
     truth: TruthRule = field(default="curie", metadata=option(
         "--ebs-truth", choices=TRUTH_RULES, scoring_rule=True,
         help="score a case whose truth label is not its CURIE's label against the CURIE, as upstream does, or "
-             "against the term the label names (default: curie)"))
+             "against the term the label names; closest: against whichever of the case's references (its truth, "
+             "a conflict's two terms, --ebs-references) the answer is nearest (default: curie)"))
+    references: str | None = field(default=None, metadata=option(
+        "--ebs-references", metavar="FILE", scoring_rule=True,
+        help="TSV of case_id and reference (label [CURIE]): more acceptable references of a case, for "
+             "--ebs-truth closest"))
     max_tokens: int = field(default=DEFAULT_MAX_TOKENS, metadata=option(
         "--ebs-max-tokens", metavar="N",
         help=f"generation budget for EBS answers, sent to every model that takes one (default: {DEFAULT_MAX_TOKENS}; "
@@ -59,6 +64,7 @@ class EbsContext:
     ontology: str | None = None
     truth_rule: TruthRule = "curie"
     max_tokens: int = DEFAULT_MAX_TOKENS
+    extra_references: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @cached_property
     def _names(self) -> dict[str, str]:
@@ -70,7 +76,22 @@ class EbsContext:
         """``(the truth the case is scored against under the run's rule, truth_conflict)``."""
         from fieldeval.benchmarks.ebs.truth import scored_truth
 
-        return scored_truth(case.ideal, index=self.index, names=self._names, rule=self.truth_rule)
+        return scored_truth(case.ideal, index=self.index, names=self._names,
+                            rule="curie" if self.truth_rule == "closest" else self.truth_rule)
+
+    def score(self, case: EbsCase, response: str) -> tuple[EbsScore, str, bool]:
+        """``(the answer's score, the reference it was scored against, truth_conflict)`` under the run's rule."""
+        from fieldeval.benchmarks.ebs.truth import closest, references
+        from scorers.ebs import score_ebs
+
+        truth, conflict = self.truth(case)
+        allowed = self.enums.get(case.template)
+        if self.truth_rule != "closest":
+            return score_ebs(response, truth, index=self.index, allowed=allowed), truth, conflict
+        candidates = references(case.ideal, self.extra_references.get(case.case_id, ()), index=self.index,
+                                names=self._names)
+        score, matched = closest(response, candidates, index=self.index, allowed=allowed)
+        return score, matched, conflict
 
 
 def load(options: EbsOptions) -> EbsContext:
@@ -81,8 +102,16 @@ def load(options: EbsOptions) -> EbsContext:
 
     if options.max_tokens < 1:
         raise UsageError(f"--ebs-max-tokens {options.max_tokens}: must be at least 1, e.g. {DEFAULT_MAX_TOKENS}")
+    extra = {}
+    if options.references is not None:
+        from fieldeval.benchmarks.ebs.truth import read_references
+
+        if options.truth != "closest":
+            raise UsageError(f"--ebs-references {options.references}: scores only with --ebs-truth closest; "
+                             "add it, or drop --ebs-references")
+        extra = read_references(options.references)
     return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir),
-                      options.ontology, options.truth, options.max_tokens)
+                      options.ontology, options.truth, options.max_tokens, extra)
 
 
 def _cases(context: EbsContext) -> tuple[EbsCase, ...]:

@@ -90,7 +90,11 @@ def _enum(row: Mapping[str, Any]) -> str:
 
 
 def _truth_note(row: Mapping[str, Any]) -> str:
-    """A sentence on a case whose truth label is not its CURIE's label (a truth conflict), else nothing."""
+    """A sentence on an answer scored against another of its case's references (``--ebs-truth closest``), or on a
+    case whose truth label is not its CURIE's label (a truth conflict), else nothing."""
+    matched = row.get("matched_reference")
+    if row.get("truth_rule") == "closest" and matched and matched != row.get("case_ideal"):
+        return f"Scored against {matched!r}, the closest of the case's references (--ebs-truth closest)."
     if not row.get("truth_conflict"):
         return ""
     ideal = row.get("case_ideal")
