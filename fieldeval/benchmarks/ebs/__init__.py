@@ -176,5 +176,9 @@ BENCHMARK = Benchmark(
               x_title="stratum", y_title="ontology score"),
         Chart("shares", "EBS relationship of the answer to the expected term", key="relationship_counts",
               x_title="relationship", y_title="share of items"),
+        Chart("shares", "EBS relationship, siblings apart",
+              key="relationship_detail_counts", x_title="relationship", y_title="share of items"),
+        Chart("shares", "EBS label against its CURIE's term", key="label_mismatch_counts",
+              x_title="label", y_title="share of parsed answers"),
     )),
 )
