@@ -103,7 +103,8 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
     except Exception as error:
         raise _unloadable(selector, error) from None
     if not labels:
-        raise UsageError(f"--ontology {selector!r} has no labelled terms; check the selector")
+        raise OntologyUnreadable(f"--ontology {selector!r} has no labelled terms (a damaged or empty file?); check "
+                                 "the selector")
     local = _selector_file(selector)
     version = (_obo_header_version(local) if local and local.suffix == ".obo" else None) or _metadata_version(adapter)
     frozen_parents = {curie: tuple(sorted(set(ps))) for curie, ps in parents.items()}
@@ -116,9 +117,31 @@ def _build(selector: str) -> tuple[OntologyIndex, list[str] | None]:
     ), obsolete
 
 
-def _unloadable(selector: str, error: Exception) -> UsageError:
-    return UsageError(f"--ontology {selector!r} could not be loaded by oaklib ({type(error).__name__}: {error}); "
-                      "pass an oaklib selector such as sqlite:obo:envo or simpleobo:path/to/envo.obo")
+class OntologyUnreadable(UsageError):
+    """The ontology exists but cannot be read (a damaged file, an unreachable database): its checks are unknown."""
+
+
+def _unloadable(selector: str, error: Exception) -> OntologyUnreadable:
+    reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    return OntologyUnreadable(f"--ontology {selector!r} could not be loaded by oaklib ({reason}); pass an oaklib "
+                              "selector such as sqlite:obo:envo or simpleobo:path/to/envo.obo")
+
+
+def unreadable_index(selector: str, error: UsageError) -> OntologyIndex:
+    """The index of an ontology that could not be read: no terms, and ``unreadable`` saying why, so that scoring
+    reports its checks as unknown instead of wrong."""
+    return OntologyIndex(version="unreadable", labels={}, parents={}, ancestors={},
+                         unreadable=f"{selector}: {error}".removeprefix(f"{selector}: --ontology {selector!r} "))
+
+
+def _missing_file(selector: str) -> str | None:
+    """The local file a selector names that does not exist (a mistyped path: bad input, not an unreadable
+    ontology), else None."""
+    prefix, _, rest = selector.partition(":")
+    if not rest or rest.startswith("obo:") or "://" in rest:
+        return None
+    looks_local = "/" in rest or rest.endswith((".obo", ".owl", ".db", ".json", ".ofn"))
+    return rest if looks_local and not Path(rest).expanduser().exists() else None
 
 
 def _obsoletes_of(adapter) -> list[str] | None:
@@ -165,6 +188,10 @@ def load_index(selector: str | None = None) -> OntologyIndex:
     selector = selector or default_selector()
     if selector in _loaded:
         return _loaded[selector]
+    missing = _missing_file(selector)
+    if missing is not None:
+        raise UsageError(f"--ontology {selector!r}: no such file {missing}; pass an existing ontology file, e.g. "
+                         "simpleobo:path/to/envo.obo")
     folder = cache_dir() / "index"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{_cache_key(selector)}.pickle"

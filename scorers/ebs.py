@@ -68,6 +68,7 @@ class OntologyIndex:
         parents: CURIE -> its direct is_a parents.
         ancestors: CURIE -> every is_a ancestor (the subClassOf closure, not reflexive).
         synonyms: CURIE -> its synonyms (every scope), for :meth:`label_mismatch`.
+        unreadable: why the ontology could not be read (None: it was): every ontology check is then unknown.
     """
 
     version: str
@@ -75,6 +76,7 @@ class OntologyIndex:
     parents: Mapping[str, tuple[str, ...]]
     ancestors: Mapping[str, frozenset[str]] = field(repr=False)
     synonyms: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    unreadable: str | None = None
 
     def label(self, curie: str) -> str | None:
         """The primary label of a CURIE, or None when the ontology lacks it."""
@@ -229,6 +231,9 @@ class EbsScore:
         missed_terms, false_terms: the counts of those terms.
         label_mismatch: how the stated label stands to its CURIE's term (:meth:`OntologyIndex.label_mismatch`;
             None when the answer does not parse or the ontology lacks the CURIE).
+        ontology_status: ``checked``, or ``unknown`` when the ontology could not be read: the answer's label,
+            hierarchy, information and ``ontology_score`` are then None (unknown, not wrong); None when the
+            answer does not parse.
     """
 
     parse_success: bool
@@ -241,9 +246,9 @@ class EbsScore:
     relationship: Relationship | None
     hop_distance: int | None
     in_template_enum: bool | None
-    hierarchy_score: float
+    hierarchy_score: float | None
     enum_score: float
-    ontology_score: float
+    ontology_score: float | None
     lenient_curie: str | None
     relationship_detail: RelationshipDetail | None = None
     missed_information: float | None = None
@@ -251,6 +256,7 @@ class EbsScore:
     missed_terms: int | None = None
     false_terms: int | None = None
     label_mismatch: LabelMismatch | None = None
+    ontology_status: Literal["checked", "unknown"] | None = None
 
     def columns(self) -> dict[str, object]:
         """The scored table's columns, in order: what ``dataclasses.asdict`` gives, without its deep copy of
@@ -344,9 +350,12 @@ def score_ebs(
             enum_score=0.0,
             ontology_score=0.0,
             lenient_curie=lenient_curie,
-            **_information_fields(index, None, truth.curie if truth else None, None),
+            **(_information_fields(index, None, truth.curie if truth else None, None)
+               if index.unreadable is None else {}),
         )
     in_enum = None if allowed is None else pred.curie in allowed
+    if index.unreadable is not None:
+        return _unknown(pred.curie, pred.label, truth, in_enum, lenient_curie)
     canonical = index.label(pred.curie)
     label_valid = canonical is not None and canonical.casefold() == pred.label.casefold()
     relationship: Relationship | None = None
@@ -373,7 +382,20 @@ def score_ebs(
         lenient_curie=lenient_curie,
         **_information_fields(index, pred.curie, truth.curie if truth else None, relationship),
         label_mismatch=index.label_mismatch(pred.label, pred.curie),
+        ontology_status="checked",
     )
+
+
+def _unknown(curie: str, label: str, truth: ParsedTerm | None, in_enum: bool | None,
+             lenient_curie: str | None) -> EbsScore:
+    """The score of a parsed answer when the ontology could not be read: what needs no ontology (the CURIE's
+    equality with the truth's, the value set), and every ontology check unknown, the composite not computed."""
+    return EbsScore(
+        parse_success=True, pred_curie=curie, pred_label=label, truth_curie=truth.curie if truth else None,
+        truth_label=truth.label if truth else None, curie_label_valid=None,
+        exact_match=truth is not None and curie == truth.curie, relationship=None, hop_distance=None,
+        in_template_enum=in_enum, hierarchy_score=None, enum_score=enum_score(in_enum), ontology_score=None,
+        lenient_curie=lenient_curie, ontology_status="unknown")
 
 
 def _information_fields(index: OntologyIndex, pred: str | None, truth: str | None,
@@ -431,12 +453,15 @@ def score_ebs_batch(
             responses[response] = pred
         curie, label, label_valid, lenient_curie, mismatch = pred
         truth_curie, truth_label = truth
+        if index.unreadable is not None:  # every ontology check unknown: as score_ebs has it, row by row
+            append(tuple(score_ebs(response, ideal, index=index, allowed=allowed).__dict__.values()))
+            continue
         if curie is None:
             extra = said.get((None, truth_curie))
             if extra is None:
                 extra = said[(None, truth_curie)] = _information_tuple(index, None, truth_curie, None)
             append((False, None, None, truth_curie, truth_label, None, False, None, None, None, 0.0, 0.0, 0.0,
-                    lenient_curie, *extra, None))
+                    lenient_curie, *extra, None, None))
             continue
         in_enum = None if allowed is None else curie in allowed
         if truth_curie is None:
@@ -453,7 +478,8 @@ def score_ebs_batch(
         if extra is None:
             extra = said[(curie, truth_curie)] = _information_tuple(index, curie, truth_curie, relationship)
         append((True, curie, label, truth_curie, truth_label, label_valid, truth_curie is not None and curie == truth_curie,
-                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie, *extra, mismatch))
+                relationship, hops, in_enum, hier, enum_part, round(total, 10), lenient_curie, *extra, mismatch,
+                "checked"))
     return out
 
 

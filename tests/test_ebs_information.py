@@ -239,3 +239,48 @@ def test_references_that_do_not_parse_or_without_closest_are_one_line(tmp_path):
         load(EbsOptions(ontology=TINY_SELECTOR, enum_dir=str(TINY_ENUMS), truth="closest", references=str(path)))
     with pytest.raises(UsageError, match="scores only with --ebs-truth closest"):
         load(EbsOptions(ontology=TINY_SELECTOR, enum_dir=str(TINY_ENUMS), references=str(path)))
+
+
+def test_an_ontology_that_cannot_be_read_makes_its_checks_unknown_not_wrong(tiny_enums):
+    # upstream now reports a check it cannot make as unknown, counted apart, never as a failure
+    from fieldeval.benchmarks.ebs.tables import aggregate, score_row, summary_notes
+    from fieldeval.errors import UsageError
+    from fieldeval.ontology import OntologyUnreadable, unreadable_index
+    from scorers.ebs import score_ebs_batch
+
+    index = unreadable_index("simpleobo:envo.obo", UsageError("damaged"))
+    answers = [FOREST, "marine biome [ENVO:00000447]", "no idea"]
+    rows = [{**score_row(a, FOREST, "soil_data", index=index, enums=tiny_enums), "stratum": "forest biome"}
+            for a in answers]
+    exact, other, unparsed = rows
+    assert (exact["ontology_status"], exact["exact_match"], exact["in_template_enum"]) == ("unknown", True, True)
+    for row in (exact, other):
+        assert row["ontology_score"] is None and row["hierarchy_score"] is None and row["relationship"] is None
+        assert row["curie_label_valid"] is None and row["missed_information"] is None
+    assert (unparsed["ontology_status"], unparsed["ontology_score"]) == (None, 0.0)  # a parse failure is a failure
+    assert [list(r) for r in score_ebs_batch([(a, FOREST, tiny_enums["soil_data"]) for a in answers], index=index)] \
+        == [[row[k] for k in exact if k != "stratum"] for row in rows]
+    out = aggregate(rows, seed=0, resamples=100)
+    assert out["ontology_unknown"] == 2
+    assert out["ontology_score"]["value"] == 0.0  # over the one item it could score (the parse failure), not 3
+    [line] = [l for l in summary_notes({"m": out}) if "could not be read" in l]
+    assert "2 answer(s) are unknown, counted apart" in line
+    assert issubclass(OntologyUnreadable, UsageError)
+
+
+def test_a_damaged_ontology_file_lets_the_run_go_on_and_a_missing_one_is_one_line(tmp_path, tiny_enums):
+    from fieldeval.benchmarks.ebs import EbsOptions, load
+    from fieldeval.errors import UsageError
+    from tests.conftest import TINY_ENUMS
+
+    damaged = tmp_path / "envo.obo"
+    damaged.write_bytes(bytes(range(256)) * 64)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("name: s\ntemplates: {t: {system: s, prompt: '{input}'}}\n"
+                     "cases: [{input: 'q', ideal: 'forest biome [ENVO:01000174]', tags: [soil_data]}]\n")
+    context = load(EbsOptions(ontology=f"simpleobo:{damaged}", enum_dir=str(TINY_ENUMS), suite=str(suite)))
+    assert context.index.unreadable
+    score, _, _ = context.score(context.suite.cases[0], FOREST)
+    assert (score.ontology_status, score.ontology_score, score.exact_match) == ("unknown", None, True)
+    with pytest.raises(UsageError, match="no such file"):
+        load(EbsOptions(ontology=f"simpleobo:{tmp_path / 'nowhere.obo'}", enum_dir=str(TINY_ENUMS), suite=str(suite)))

@@ -74,6 +74,9 @@ def gate_results(gates: Sequence[Gate], out: dict, *, on: str, ran: Sequence[str
                 clusters = entry[gate.metric].get("n_clusters")
                 result["reason"] = (f"{name} for {model} has no ci95 lower bound: its items come from only "
                                     f"{clusters} cluster(s); gate on the point value or add clusters")
+            elif value is None and entry.get("scored"):
+                result["reason"] = (f"{name} is not defined for any of {model}'s {entry['scored']} scored items "
+                                    "(the lines above say why)")
             elif value is None:
                 result["reason"] = f"{gate.bench} scored no items for {model} (every item errored or was left out)"
             results.append(result)

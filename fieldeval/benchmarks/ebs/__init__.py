@@ -98,7 +98,7 @@ def load(options: EbsOptions) -> EbsContext:
     """Load the suite, the ontology index (cached on disk) and the value sets."""
     from fieldeval.benchmarks.ebs.enums import load_enums
     from fieldeval.benchmarks.ebs.suite import load_suite
-    from fieldeval.ontology import load_index
+    from fieldeval.ontology import OntologyUnreadable, load_index, unreadable_index
 
     if options.max_tokens < 1:
         raise UsageError(f"--ebs-max-tokens {options.max_tokens}: must be at least 1, e.g. {DEFAULT_MAX_TOKENS}")
@@ -110,7 +110,11 @@ def load(options: EbsOptions) -> EbsContext:
             raise UsageError(f"--ebs-references {options.references}: scores only with --ebs-truth closest; "
                              "add it, or drop --ebs-references")
         extra = read_references(options.references)
-    return EbsContext(load_suite(options.suite), load_index(options.ontology), load_enums(options.enum_dir),
+    try:
+        index = load_index(options.ontology)
+    except OntologyUnreadable as error:  # unknown is not wrong: the run goes on, its ontology checks unknown
+        index = unreadable_index(options.ontology or "the pinned ENVO", error)
+    return EbsContext(load_suite(options.suite), index, load_enums(options.enum_dir),
                       options.ontology, options.truth, options.max_tokens, extra)
 
 

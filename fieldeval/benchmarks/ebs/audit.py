@@ -48,6 +48,8 @@ def audit(context: EbsContext) -> list[Finding]:
     from fieldeval.ontology import obsolete_terms
 
     index = context.index
+    if index.unreadable is not None:  # nothing to check the truths against: no finding is better than false ones
+        return []
     obsolete = obsolete_terms(context.ontology)
     names = label_names(index)
     found: dict[str, list[tuple[str, str]]] = defaultdict(list)  # kind -> (case id, what)

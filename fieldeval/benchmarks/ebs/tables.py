@@ -24,7 +24,7 @@ UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", 
                     *COST_COLUMNS]
 # fieldeval's own columns, after upstream's
 EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie", "relationship_detail", "missed_information",
-                 "false_information", "missed_terms", "false_terms", "label_mismatch"]
+                 "false_information", "missed_terms", "false_terms", "label_mismatch", "ontology_status"]
 INFORMATION_METRICS = ["missed_information", "false_information"]  # lower is better: what an answer missed, got wrong
 SCORED_COLUMNS = [*UPSTREAM_COLUMNS, *EXTRA_COLUMNS]
 SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
@@ -368,6 +368,7 @@ def aggregate(rows: list[dict], *, seed: int, resamples: int) -> dict:
     details = Counter(r.get("relationship_detail") or "parse_failure" for r in rows)
     out["relationship_detail_counts"] = {k: details.get(k, 0) for k in
                                          ["exact", "descendant", "ancestor", "sibling", "unrelated", "parse_failure"]}
+    out["ontology_unknown"] = sum(1 for r in rows if r.get("ontology_status") == "unknown")
     mismatches = Counter(r.get("label_mismatch") for r in rows if r.get("label_mismatch"))
     out["label_mismatch_counts"] = {k: mismatches.get(k, 0) for k in ["none", "wording", "other_term", "unrecognized"]}
     strata: dict[str, list[dict]] = defaultdict(list)
@@ -389,7 +390,11 @@ def summary_notes(models: dict[str, dict]) -> list[str]:
 
     lines = []
     for model, entry in models.items():
-        if not entry.get("missed_information"):
+        if entry.get("ontology_unknown"):
+            lines.append(f"ebs {model}: the ontology could not be read, so the ontology checks of "
+                         f"{entry['ontology_unknown']} answer(s) are unknown, counted apart: no ontology_score, "
+                         "hierarchy or label check for them (unknown, not 0); fix --ontology and score again")
+        if (entry.get("missed_information") or {}).get("value") is None:
             continue
         siblings = (entry.get("relationship_detail_counts") or {}).get("sibling", 0)
         labels = entry.get("label_mismatch_counts") or {}
