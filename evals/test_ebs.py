@@ -39,5 +39,6 @@ def test_ebs(case, model, context, answer, record):
         truth_conflict=conflict,
         matched_reference=matched,
         **score.columns(),
+        **context.validated(case.template, completion.text),  # the submission schema's slot, by LinkML
         **completion_fields(completion),
     )

@@ -284,3 +284,22 @@ def test_a_damaged_ontology_file_lets_the_run_go_on_and_a_missing_one_is_one_lin
     assert (score.ontology_status, score.ontology_score, score.exact_match) == ("unknown", None, True)
     with pytest.raises(UsageError, match="no such file"):
         load(EbsOptions(ontology=f"simpleobo:{tmp_path / 'nowhere.obo'}", enum_dir=str(TINY_ENUMS), suite=str(suite)))
+
+
+@pytest.mark.parametrize(("value", "template", "valid", "why"), [
+    ("alpine tundra biome [ENVO:01001505]", "soil_data", True, None),  # in EnvBroadScaleSoilEnum
+    ("  alpine tundra biome [ENVO:01001505]\n", "soil_data", True, None),  # as the portal trims it
+    ("marine biome [ENVO:00000447]", "soil_data", False, "not one of the 52 values of EnvBroadScaleSoilEnum"),
+    ("marine biome [ENVO:00000447]", "air_data", True, None),  # no value set for air: the pattern alone
+    ("forest biome (ENVO:01000174)", "air_data", False, "not 'label [ENVO:id]'"),
+    ("forest biome [ENVO:123]", "misc_envs_data", False, "not 'label [ENVO:id]'"),  # an id of 3 digits
+    ("forest biome [ENVO:01000174] or maybe cropland", "soil_data", False, "not 'label [ENVO:id]'"),
+    ("", "water_data", False, "not 'label [ENVO:id]'"),
+])
+def test_an_answer_is_validated_against_its_templates_submission_schema_slot(value, template, valid, why):
+    # upstream's validate_via_linkml() returns None: any answer passed, and any_of never enforced the enum
+    from fieldeval.benchmarks.ebs.schema import slot_validator
+
+    found, message = slot_validator().validate(value, template)
+    assert found is valid
+    assert (message is None) if why is None else (why in message)

@@ -26,7 +26,8 @@ UPSTREAM_ADDED = ["parse_success", "pred_label", "pred_curie", "truth_label", "t
                   "exact_match", "relationship", "hop_distance", "in_template_enum", "ontology_score",
                   "response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd"]
 EXTRAS = ["hierarchy_score", "enum_score", "lenient_curie", "relationship_detail", "missed_information",
-          "false_information", "missed_terms", "false_terms", "label_mismatch", "ontology_status"]  # after upstream's
+          "false_information", "missed_terms", "false_terms", "label_mismatch", "ontology_status", "linkml_valid",
+          "linkml_message"]  # after upstream's
 BIOME = "biome [ENVO:00000428]"
 TEMPERATE = "temperate coniferous forest biome [ENVO:01000211]"
 

@@ -79,6 +79,14 @@ class EbsContext:
         return scored_truth(case.ideal, index=self.index, names=self._names,
                             rule="curie" if self.truth_rule == "closest" else self.truth_rule)
 
+    def validated(self, template: str, response: str) -> dict[str, object]:
+        """``linkml_valid`` and ``linkml_message`` of an answer for its template's slot
+        (:mod:`fieldeval.benchmarks.ebs.schema`)."""
+        from fieldeval.benchmarks.ebs.schema import slot_validator
+
+        valid, message = slot_validator().validate(response, template)
+        return {"linkml_valid": valid, "linkml_message": message}
+
     def score(self, case: EbsCase, response: str) -> tuple[EbsScore, str, bool]:
         """``(the answer's score, the reference it was scored against, truth_conflict)`` under the run's rule."""
         from fieldeval.benchmarks.ebs.truth import closest, references
@@ -157,6 +165,7 @@ BENCHMARK = Benchmark(
         # better; a threshold on them is a floor, so gate on ontology_score instead)
         Metric("missed_information", high=math.inf, headline=False),
         Metric("false_information", high=math.inf, headline=False),
+        Metric("linkml_valid", headline=False),  # valid for its template's nmdc-submission-schema slot
     ),
     baseline="ebs-baseline",
     options=EbsOptions,

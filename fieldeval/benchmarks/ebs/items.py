@@ -8,7 +8,7 @@ SCORES = ("ontology_score", "exact_match", "relationship", "hop_distance", "hier
           "in_template_enum", "enum_score", "parse_success", "pred_curie",
           # beside upstream's score (scorers.ebs): siblings apart, what the answer missed and asserted falsely
           "relationship_detail", "missed_information", "false_information", "missed_terms", "false_terms",
-          "label_mismatch", "ontology_status")
+          "label_mismatch", "ontology_status", "linkml_valid")
 
 DIFF = ItemDiff(score=lazy("fieldeval.benchmarks.ebs.diffs:score"), binary_metric="exact_match",
                 binary=lazy("fieldeval.benchmarks.ebs.diffs:exact"),

@@ -16,7 +16,8 @@ from fieldeval.rows import column as row_column
 from fieldeval.stats import Design, Estimator, estimate, mean_metric
 from scorers.ebs import EbsScore, OntologyIndex, score_ebs, score_ebs_batch
 
-METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum"]
+METRICS = ["ontology_score", "exact_match", "parse_success", "curie_label_valid", "hierarchy_score", "in_template_enum",
+           "linkml_valid"]
 # what upstream's envo_scorer.py adds to results.tsv, in its order (cost columns are its stubs)
 COST_COLUMNS = ["response_time_s", "prompt_tokens", "completion_tokens", "est_cost_usd"]
 UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", "truth_curie", "curie_label_valid",
@@ -24,14 +25,16 @@ UPSTREAM_COLUMNS = ["parse_success", "pred_label", "pred_curie", "truth_label", 
                     *COST_COLUMNS]
 # fieldeval's own columns, after upstream's
 EXTRA_COLUMNS = ["hierarchy_score", "enum_score", "lenient_curie", "relationship_detail", "missed_information",
-                 "false_information", "missed_terms", "false_terms", "label_mismatch", "ontology_status"]
+                 "false_information", "missed_terms", "false_terms", "label_mismatch", "ontology_status",
+                 "linkml_valid", "linkml_message"]
+SCHEMA_COLUMNS = ["linkml_valid", "linkml_message"]  # not the scorer's: the slot's validation (ebs.schema)
 INFORMATION_METRICS = ["missed_information", "false_information"]  # lower is better: what an answer missed, got wrong
 SCORED_COLUMNS = [*UPSTREAM_COLUMNS, *EXTRA_COLUMNS]
 SCORE_FIELDS = [field.name for field in dataclasses.fields(EbsScore)]
 FLOAT_COLUMNS = ["ontology_score", "hierarchy_score", "enum_score", "missed_information", "false_information"]
 INT_COLUMNS = ["hop_distance", "missed_terms", "false_terms"]  # whole numbers, blank for None
 # blank where the response does not parse (or the template has no value set), as upstream writes them
-OPTIONAL_BOOL_COLUMNS = ["curie_label_valid", "in_template_enum"]
+OPTIONAL_BOOL_COLUMNS = ["curie_label_valid", "in_template_enum", "linkml_valid"]
 FLOAT_DECIMALS = 12  # 0.9, not 0.9000000000000001
 
 
@@ -76,6 +79,13 @@ def score_results(df, *, index: OntologyIndex, enums: dict[str, frozenset[str]])
         codes = np.fromiter(map(code.__getitem__, keys), dtype=np.intp, count=len(df))
     columns = {name: _values(values) if distinct else _values(values)[codes]
                for name, values in zip(SCORE_FIELDS, zip(*scores))}
+    from fieldeval.benchmarks.ebs.schema import slot_validator
+
+    validator = slot_validator()
+    checked = [validator.validate(response, template) for response, _, template in first]
+    for number, name in enumerate(SCHEMA_COLUMNS):
+        values = [pair[number] for pair in checked]
+        columns[name] = _values(values) if distinct else _values(values)[codes]
     for name in COST_COLUMNS:
         columns[name] = df[name].to_numpy() if name in df.columns else np.full(len(df), None, dtype=object)
     scored = format_scored(pd.DataFrame(columns, index=df.index, columns=SCORED_COLUMNS))
@@ -92,7 +102,8 @@ def format_scored(df):
     for column in INT_COLUMNS:
         df[column] = pd.array(df[column], dtype="Int64")
     for column in OPTIONAL_BOOL_COLUMNS:
-        df[column] = pd.array(df[column], dtype="boolean")
+        if column in df.columns:  # linkml_valid: not a scorer column, absent from a table scored by hand
+            df[column] = pd.array(df[column], dtype="boolean")
     for column in FLOAT_COLUMNS:
         df[column] = df[column].astype(float).round(FLOAT_DECIMALS)
     return df
@@ -398,10 +409,12 @@ def summary_notes(models: dict[str, dict]) -> list[str]:
             continue
         siblings = (entry.get("relationship_detail_counts") or {}).get("sibling", 0)
         labels = entry.get("label_mismatch_counts") or {}
+        valid = (entry.get("linkml_valid") or {}).get("value")
         lines.append(f"ebs {model}: missed information {format_metric(entry['missed_information'])}, false "
                      f"information {format_metric(entry.get('false_information'))} (lower is better); "
                      f"{siblings} sibling answer(s); labels: {labels.get('wording', 0)} reworded, "
-                     f"{labels.get('other_term', 0)} another term's, {labels.get('unrecognized', 0)} no term's")
+                     f"{labels.get('other_term', 0)} another term's, {labels.get('unrecognized', 0)} no term's"
+                     + ("" if valid is None else f"; valid for the submission schema's slot: {valid:.0%}"))
     return lines
 
 
