@@ -157,12 +157,35 @@ class OntologyIndex:
         """``(missed, false, missed_terms, false_terms)``: the information content of the truth's closure that the
         prediction's lacks, and of the prediction's closure that the truth's lacks, and the counts of those terms
         (``pred`` None: an answer that says nothing, so it misses everything and asserts nothing)."""
+        truths, truth_ic = self._weighed(truth)
+        if pred is None:
+            return round(truth_ic, 6), 0.0, len(truths), 0
+        preds, pred_ic = self._weighed(pred)
+        shared = truths & preds
         ic = self.information_content
-        truths = self.closure(truth)
-        preds = self.closure(pred) if pred is not None else frozenset()
-        missed, false = truths - preds, preds - truths
-        return (round(sum(ic.get(t, UNKNOWN_TERM_IC) for t in missed), 6),
-                round(sum(ic.get(t, UNKNOWN_TERM_IC) for t in false), 6), len(missed), len(false))
+        shared_ic = math.fsum(ic.get(t, UNKNOWN_TERM_IC) for t in shared)
+        return (round(truth_ic - shared_ic, 6), round(pred_ic - shared_ic, 6), len(truths) - len(shared),
+                len(preds) - len(shared))
+
+    @functools.cached_property
+    def _weights(self) -> dict[str, tuple[frozenset[str], float]]:
+        return {}
+
+    def prepare(self) -> None:
+        """Work out now what scoring looks up (every term's closure and its information, the names of terms),
+        so that a caller can freeze it with the index (``gc.freeze``) before scoring many rows."""
+        for curie in self.labels:
+            self._weighed(curie)
+        self._named  # noqa: B018 - built now
+
+    def _weighed(self, curie: str) -> tuple[frozenset[str], float]:
+        """A term's closure and its information content (exactly summed), each worked out once per term."""
+        found = self._weights.get(curie)
+        if found is None:
+            terms = self.closure(curie)
+            ic = self.information_content
+            found = self._weights[curie] = (terms, math.fsum(ic.get(t, UNKNOWN_TERM_IC) for t in terms))
+        return found
 
     def detail(self, relationship: Relationship | None, pred: str, truth: str) -> RelationshipDetail | None:
         """The relationship with ``sibling`` told apart: an unrelated term that shares an is_a parent with the

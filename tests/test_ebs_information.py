@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scorers.ebs import score_ebs
 
@@ -303,3 +305,22 @@ def test_an_answer_is_validated_against_its_templates_submission_schema_slot(val
     found, message = slot_validator().validate(value, template)
     assert found is valid
     assert (message is None) if why is None else (why in message)
+
+
+ENVO_LIKE = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda label, digits, space: f"{label}{space}[ENVO:{digits}]", st.text(max_size=30),
+              st.text("0123456789٠١٢", min_size=0, max_size=9), st.sampled_from([" ", "", "  ", "\t", "\n"])),
+)
+
+
+@settings(max_examples=300)
+@given(value=ENVO_LIKE, template=st.sampled_from(["soil_data", "air_data", "misc_envs_data"]))
+def test_the_pattern_shortcut_gives_linkmls_own_verdict(value, template):
+    # a value the slot's pattern matches skips LinkML's call; LinkML must find nothing wrong with it, and every
+    # value the pattern rejects is LinkML's to judge
+    from fieldeval.benchmarks.ebs.schema import slot_validator
+
+    validator = slot_validator()
+    pattern = validator._for(template)[3]
+    assert (pattern.search(value) is not None) == (validator.linkml_problems(value, template) == [])

@@ -15,7 +15,9 @@ def _score_ebs(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fieldeval.benchmarks.ebs.enums import load_enums
-    from fieldeval.benchmarks.ebs.tables import check_results_columns, score_results, summary_lines, write_scored
+    from fieldeval.benchmarks.ebs.schema import slot_validator
+    from fieldeval.benchmarks.ebs.tables import (_templates, check_results_columns, score_results, summary_lines,
+                                                 write_scored)
     from fieldeval.ontology import load_index
 
     path = Path(args.results_tsv)
@@ -30,8 +32,10 @@ def _score_ebs(args: argparse.Namespace) -> int:
     enums = load_enums(Path(args.enum_dir) if args.enum_dir else None)
     check_results_columns(df.columns)  # before the (slower) ontology load
     index = load_index(args.ontology)
-    # the imports, the table read and the index live to the end: no collection walks them again (refcounting
-    # still frees them; not unfrozen after, which would have the collection at exit walk them all)
+    index.prepare()  # what scoring looks up, built before the freeze, as the slot validators are
+    slot_validator().prepare(_templates(df))
+    # the imports, the table read, the index and the submission schema live to the end: no collection walks them
+    # again (refcounting still frees them; not unfrozen after, which would have the collection at exit walk them)
     gc.freeze()
     scored = score_results(df, index=index, enums=enums)
     outdir = Path(args.outdir) if args.outdir else path.parent
