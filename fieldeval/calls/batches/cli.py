@@ -33,6 +33,16 @@ def _ledger(args: argparse.Namespace):
                          "used") from None
 
 
+def _recorded(ledger, args: argparse.Namespace, verb: str):
+    """The ledger's record of ``args.batch_id``; one line naming the pending ones when there is none."""
+    record = ledger.get(args.batch_id)
+    if record is None:
+        known = ", ".join(b.id for b in ledger.batches(pending_only=True)[:5]) or "none pending"
+        raise UsageError(f"batches {verb} {args.batch_id!r}: no such batch in {args.cache_path} ({known}); "
+                         "see `fieldeval batches list`")
+    return record
+
+
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -67,11 +77,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
     ledger = _ledger(args)
     try:
-        record = ledger.get(args.batch_id)
-        if record is None:
-            known = ", ".join(b.id for b in ledger.batches(pending_only=True)[:5]) or "none pending"
-            raise UsageError(f"batches cancel {args.batch_id!r}: no such batch in {args.cache_path} ({known}); "
-                             "see `fieldeval batches list`")
+        record = _recorded(ledger, args, "cancel")
         if record.collected or record.state in ("cancelled", "canceled", "cancelling", "canceling", "ended",
                                                  "completed", "expired", "failed"):
             print(f"{record.id}: already {'collected' if record.collected else record.state}; nothing to cancel")
@@ -111,11 +117,7 @@ def _cancel(args: argparse.Namespace) -> int:
 def _forget(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
     try:
-        record = ledger.get(args.batch_id)
-        if record is None:
-            known = ", ".join(b.id for b in ledger.batches(pending_only=True)[:5]) or "none pending"
-            raise UsageError(f"batches forget {args.batch_id!r}: no such batch in {args.cache_path} ({known}); "
-                             "see `fieldeval batches list`")
+        record = _recorded(ledger, args, "forget")
         if record.collected:
             print(f"{record.id}: already {record.state if record.state == 'forgotten' else 'collected'}; "
                   "nothing to forget")

@@ -381,12 +381,9 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
     while records:
         for batch_id, record in list(records.items()):
             if record.intent:  # a create whose outcome is unknown at a provider that cannot be searched
-                line = _unsearchable(batch_id, record.provider, record.model, record.requests,
-                                     "an earlier session stopped while creating it")
-                say(line)
-                for key in ledger.keys(batch_id):
-                    answers.failed.setdefault(key, ModelCallError(record.model, line.removeprefix("fieldeval batch: "),
-                                                                  kind="transient"))
+                _fail_batch(ledger, answers, record, _unsearchable(batch_id, record.provider, record.model,
+                                                                   record.requests, "an earlier session stopped "
+                                                                   "while creating it"), say)
                 records.pop(batch_id)
                 continue
             try:
@@ -402,13 +399,11 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
                 state = provider.state(batch_id, record.model)
                 unread.pop(batch_id, None)
             except NotKnown as error:  # deleted, or another account's key: forgetting it is the user's call
-                line = (f"fieldeval batch: {record.provider} does not know batch {batch_id} ({error.detail}); its "
-                        f"{record.requests} request(s) wait for it until `fieldeval batches forget {batch_id}` lets "
-                        "them run as new (check first that the key is the account that submitted it)")
-                say(line)
-                for key in ledger.keys(batch_id):
-                    answers.failed.setdefault(key, ModelCallError(record.model, line.removeprefix("fieldeval batch: "),
-                                                                  kind="transient"))
+                _fail_batch(ledger, answers, record,
+                            f"fieldeval batch: {record.provider} does not know batch {batch_id} ({error.detail}); "
+                            f"its {record.requests} request(s) wait for it until `fieldeval batches forget "
+                            f"{batch_id}` lets them run as new (check first that the key is the account that "
+                            "submitted it)", say)
                 records.pop(batch_id)
                 continue
             except Exception as error:  # noqa: BLE001 - classified: the provider may answer at the next poll
@@ -440,6 +435,15 @@ def _wait(client: Any, ledger: BatchLedger, batch_ids: set[str], settings: Batch
         _pause(client, pause, sleep)
         pause = min(pause * 1.5, POLL_MAX_S)
     return True
+
+
+def _fail_batch(ledger: BatchLedger, answers: BatchAnswers, record: Any, line: str,
+                say: Callable[[str], None]) -> None:
+    """Say ``line`` once and fail every request of the recorded batch with it (a rerun says it again)."""
+    say(line)
+    for key in ledger.keys(record.id):
+        answers.failed.setdefault(key, ModelCallError(record.model, line.removeprefix("fieldeval batch: "),
+                                                      kind="transient"))
 
 
 def _pause(client: Any, seconds: float, sleep: Callable[[float], None]) -> None:
