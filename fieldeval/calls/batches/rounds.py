@@ -216,7 +216,13 @@ def _create(client: Any, ledger: BatchLedger, provider: Any, where: tuple[str, s
             return None
         adopted = _adopt(client, ledger, provider, digest, model_id, say)
         if adopted is not None:
-            ledger.confirm(intent, adopted)
+            try:
+                ledger.confirm(intent, adopted)
+            except Exception as error:  # noqa: BLE001 - the intent stays: the next session finds the batch again
+                say(f"fieldeval batch: {adopted} could not be recorded in the response cache's ledger ({error}); "
+                    "its intent stays there and the next session looks it up again")
+                fail(f"its batch {adopted} could not be recorded ({error})")
+                return None
             return adopted
         try:
             batch_id = provider.submit(part, model_id, digest)
