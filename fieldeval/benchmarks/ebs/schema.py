@@ -5,7 +5,8 @@ Upstream's ``validate_via_linkml()`` is a stub (it returns None in every version
 environmental package is ``any_of: [<its enum>, string]`` with a ``label [ENVO:id]`` pattern, so LinkML alone
 accepts any well-formed term: :meth:`SlotValidator.validate` checks the pattern with LinkML's JSON-schema
 validator on the slot as the schema induces it for the template's class, then membership in the class's enum
-where it has one. The schema is read once per process, and each template's validator built at its first use.
+where it has one. The schema (its package's JSON form) is read once per process, each template's slot induced
+at its first use, and its LinkML validator built at the first value the pattern rejects.
 
 The slot's only constraint on a string is its pattern, which LinkML's JSON-schema plugin checks with
 ``re.search``; a value the pattern matches is valid without the validator's call (some 150 us), and every
@@ -42,33 +43,45 @@ class SlotValidator:
         self._built: dict[str, tuple[Any, frozenset[str] | None, str | None, re.Pattern | None]] = {}
 
     @functools.cached_property
-    def _view(self) -> Any:
+    def _schema(self) -> dict[str, Any]:
+        """The submission schema as its package ships it in JSON (some 40 ms to read; the YAML takes seconds)."""
+        import json
         from importlib.resources import files
 
-        from linkml_runtime.utils.schemaview import SchemaView
-
-        return SchemaView(str(files("nmdc_submission_schema") / "schema" / "nmdc_submission_schema.yaml"))
+        return json.loads((files("nmdc_submission_schema") / "project" / "json" /
+                           "nmdc_submission_schema.json").read_text(encoding="utf-8"))
 
     def _for(self, template: str) -> tuple[Any, frozenset[str] | None, str | None, re.Pattern | None]:
-        """The template's LinkML validator, its enum's values (None: none), the enum's name and the slot's pattern."""
+        """The template's slot: its LinkML validator (built at the first value the pattern rejects), its enum's
+        values (None: none), the enum's name and the slot's pattern."""
         with self._lock:
             if template not in self._built:
-                self._built[template] = self._build(template)
+                self._built[template] = self._induced(template)
             return self._built[template]
 
-    def _build(self, template: str) -> tuple[Any, frozenset[str] | None, str | None, re.Pattern | None]:
+    def _induced(self, template: str) -> tuple[None, frozenset[str] | None, str | None, re.Pattern | None]:
+        """The slot as the schema induces it for the template's class: the class's slot_usage over the slot."""
+        schema = self._schema
+        slot = {**schema["slots"][SLOT],
+                **(schema["classes"].get(class_of(template), {}).get("slot_usage") or {}).get(SLOT, {})}
+        enum_name = next((option.get("range") for option in slot.get("any_of") or ()
+                          if option.get("range") in schema.get("enums", {})), None)
+        values = frozenset(schema["enums"][enum_name].get("permissible_values") or ()) if enum_name else None
+        pattern = slot.get("pattern")
+        return None, values, enum_name, re.compile(pattern) if pattern else None
+
+    def _linkml(self, template: str) -> Any:
+        """LinkML's validator of the template's slot (its pattern, and any_of its enum or any string)."""
         from linkml.validator import Validator
         from linkml.validator.plugins import JsonschemaValidationPlugin
 
-        view = self._view
-        owner = class_of(template)
-        slot = view.induced_slot(SLOT, owner) if owner in view.all_classes() else view.get_slot(SLOT)
-        enums = view.all_enums()
-        enum_name = next((option.range for option in slot.any_of or () if option.range in enums), None)
-        values = frozenset(view.get_enum(enum_name).permissible_values) if enum_name else None
+        with self._lock:
+            validator, values, enum_name, pattern = self._built.get(template) or self._induced(template)
+            if validator is not None:
+                return validator
         definition: dict[str, Any] = {"range": "string", "required": True}
-        if slot.pattern:
-            definition["pattern"] = slot.pattern
+        if pattern is not None:
+            definition["pattern"] = pattern.pattern
         schema: dict[str, Any] = {
             "id": "https://w3id.org/fieldeval/ebs-answer", "name": "ebs_answer",
             "prefixes": {"linkml": "https://w3id.org/linkml/"}, "imports": ["linkml:types"],
@@ -76,13 +89,14 @@ class SlotValidator:
             "classes": {ANSWER_CLASS: {"slots": [SLOT], "tree_root": True}}}
         if enum_name:  # the slot as the schema has it: any_of the enum or any string
             definition["any_of"] = [{"range": enum_name}, {"range": "string"}]
-            schema["enums"] = {enum_name: {"permissible_values": {value: {} for value in values}}}
+            schema["enums"] = {enum_name: {"permissible_values": {value: {} for value in values or ()}}}
         validator = Validator(schema, validation_plugins=[JsonschemaValidationPlugin(closed=True)])
-        validator.validate({SLOT: ""}, ANSWER_CLASS)  # its JSON schema is generated at the first call: now
-        return validator, values, enum_name, re.compile(slot.pattern) if slot.pattern else None
+        with self._lock:
+            self._built[template] = (validator, values, enum_name, pattern)
+        return validator
 
     def prepare(self, templates: Iterable[str]) -> None:
-        """Read the schema and build each template's validator now (before a caller freezes what lives long)."""
+        """Read the schema and induce each template's slot now (before a caller freezes what lives long)."""
         for template in dict.fromkeys(templates):
             self._for(template)
 
@@ -105,9 +119,8 @@ class SlotValidator:
 
     def linkml_problems(self, value: str, template: str) -> list[str]:
         """LinkML's own findings on ``value`` for the template's slot, each in one line (none: valid)."""
-        validator = self._for(template)[0]
         return [" ".join(str(result.message).split())
-                for result in validator.validate({SLOT: value}, ANSWER_CLASS).results]
+                for result in self._linkml(template).validate({SLOT: value}, ANSWER_CLASS).results]
 
 
 @functools.cache
