@@ -324,3 +324,15 @@ def test_the_pattern_shortcut_gives_linkmls_own_verdict(value, template):
     validator = slot_validator()
     pattern = validator._for(template)[3]
     assert (pattern.search(value) is not None) == (validator.linkml_problems(value, template) == [])
+
+
+def test_closest_under_an_ontology_that_cannot_be_read_takes_the_case_s_own_truth_or_an_exact_one(tiny_enums):
+    from fieldeval.errors import UsageError
+    from fieldeval.ontology import unreadable_index
+
+    closest = _context(unreadable_index("simpleobo:envo.obo", UsageError("damaged")), tiny_enums, "closest",
+                       {"case000": ("cropland biome [ENVO:01000245]",)})
+    score, matched, _ = closest.score(_case(FOREST), "marine biome [ENVO:00000447]")
+    assert (matched, score.ontology_status, score.ontology_score) == (FOREST, "unknown", None)
+    score, matched, _ = closest.score(_case(FOREST), "cropland biome [ENVO:01000245]")
+    assert (matched, score.exact_match) == ("cropland biome [ENVO:01000245]", True)

@@ -88,7 +88,8 @@ def references(ideal: str, extra: Sequence[str], *, index: OntologyIndex, names:
 def closest(response: str, candidates: Sequence[str], *, index: OntologyIndex,
             allowed: frozenset[str] | None) -> tuple[EbsScore, str]:
     """The answer's score against the reference it scores best against, and that reference: the highest
-    ``ontology_score``, then the least missed and false information, then the earliest (the case's own truth).
+    ``ontology_score``, then an exact match, then the least missed and false information, then the earliest (the
+    case's own truth).
 
     Example:
         >>> closest("cropland biome [ENVO:01000245]", ["forest biome [ENVO:01000174]",
@@ -99,7 +100,8 @@ def closest(response: str, candidates: Sequence[str], *, index: OntologyIndex,
     for order, reference in enumerate(candidates):
         score = score_ebs(response, reference, index=index, allowed=allowed)
         said = (score.missed_information or 0.0) + (score.false_information or 0.0)
-        key = (-score.ontology_score, said, order)
+        # an unreadable ontology scores None: the exact match decides there
+        key = (-(score.ontology_score or 0.0), not score.exact_match, said, order)
         if best is None or key < best[0]:
             best = (key, score, reference)
     assert best is not None, "a case has its own truth at least"
