@@ -25,6 +25,7 @@ INDEX_FORMAT = 2  # 2: with synonyms
 OBSOLETE_FORMAT = 1
 
 _loaded: dict[str, OntologyIndex] = {}
+LOCAL_ADAPTERS = frozenset({"simpleobo", "pronto", "sqlite", "obograph", "rdflib", "funowl"})  # read a local file
 
 
 def default_selector() -> str:
@@ -138,8 +139,8 @@ def _missing_file(selector: str) -> str | None:
     """The local file a selector names that does not exist (a mistyped path: bad input, not an unreadable
     ontology), else None."""
     prefix, _, rest = selector.partition(":")
-    if not rest or rest.startswith("obo:") or "://" in rest:
-        return None
+    if prefix not in LOCAL_ADAPTERS or not rest or rest.startswith("obo:") or "://" in rest:
+        return None  # obolibrary:envo.obo and the like fetch their file
     looks_local = "/" in rest or rest.endswith((".obo", ".owl", ".db", ".json", ".ofn"))
     return rest if looks_local and not Path(rest).expanduser().exists() else None
 
